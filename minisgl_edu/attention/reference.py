@@ -1,0 +1,45 @@
+"""The reference attention backend: readable PyTorch over the paged KV pool, one request at a time."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from ..req import Batch
+from .base import AttentionBackend
+
+
+@dataclass
+class RefMetadata:
+    q_slices: list[tuple[int, int]]  # each request's rows in the flat batch of new tokens
+    kv_locs: list[torch.Tensor]  # each request's slot locations for positions [0, device_len)
+    cached_lens: list[int]
+
+
+class ReferenceBackend(AttentionBackend):
+    def prepare(self, batch: Batch) -> None:
+        q_slices, start = [], 0
+        for r in batch.reqs:
+            q_slices.append((start, start + r.extend_len))
+            start += r.extend_len
+        table = self.pool.page_table
+        batch.attn_metadata = RefMetadata(q_slices, [table[r.table_idx, : r.device_len] for r in batch.reqs],
+                                          [r.cached_len for r in batch.reqs])
+
+    def forward(self, q, k, v, layer, batch):
+        self.kv.store(layer, batch.out_loc, k, v)
+        md: RefMetadata = batch.attn_metadata
+        out = torch.empty_like(q)
+        for (s, e), locs, cached in zip(md.q_slices, md.kv_locs, md.cached_lens):
+            kk, vv = self.kv.k[layer][locs], self.kv.v[layer][locs]  # gather through the page table
+            qq = q[s:e].transpose(0, 1)  # [heads, q_len, d]
+            kk, vv = kk.transpose(0, 1), vv.transpose(0, 1)
+            if cached == 0:
+                o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=e - s > 1, enable_gqa=True)
+            else:  # query i sits at position cached + i and sees keys 0 .. cached + i
+                mask = torch.arange(len(locs), device=q.device)[None, :] <= \
+                    cached + torch.arange(e - s, device=q.device)[:, None]
+                o = F.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, enable_gqa=True)
+            out[s:e] = o.transpose(0, 1)
+        return out

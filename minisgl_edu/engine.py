@@ -1,0 +1,106 @@
+"""One rank's engine: the model, its KV pool and page table, an attention backend and a sampler.
+
+The engine turns a `Batch` (chapter 2) into next tokens. `prepare()` is chapter 7's "ledger to
+kernel arguments": positions, input ids gathered from the token pool, and the backend's metadata.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .attention import make_backend
+from .model import build_model, load_config
+from .paging import KVCache, PagePool, ragged_arange
+from .req import Batch
+from .sampling import SamplingTensors, sample
+
+log = logging.getLogger("minisgl_edu")
+
+
+@dataclass
+class EngineConfig:
+    model_path: str
+    device: str = "cpu"
+    dtype: torch.dtype | None = None  # default: float32 on CPU, bfloat16 on CUDA
+    page_size: int = 1
+    max_running_reqs: int = 256
+    max_seq_len: int | None = None  # default: the model's max_position_embeddings
+    max_total_tokens: int | None = None  # KV pool size; default: 32k on CPU, memory_fraction on CUDA
+    memory_fraction: float = 0.85
+    dummy_weights: bool = False
+    attention: str | None = None  # "reference" | "flashinfer"; default by device
+    cuda_graph_max_bs: int = 256
+    seed: int = 0
+
+
+class Engine:
+    def __init__(self, cfg: EngineConfig):
+        self.cfg = cfg
+        self.device = torch.device(cfg.device)
+        if cfg.page_size < 1:
+            raise ValueError(f"page_size must be >= 1, got {cfg.page_size}")
+        self.dtype = cfg.dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
+        self.model_config = mc = load_config(cfg.model_path)
+        self.max_seq_len = min(cfg.max_seq_len or mc.max_position_embeddings, mc.max_position_embeddings)
+        self.model = build_model(mc, self.device, self.dtype, self.max_seq_len, cfg.model_path,
+                                 cfg.dummy_weights, cfg.seed)
+        self.vocab_size = mc.vocab_size
+        attn = self.model.layers[0].self_attn
+        num_pages = self._num_pages(attn.kv_heads * attn.head_dim * 2 * mc.num_hidden_layers)
+        self.kv = KVCache(mc.num_hidden_layers, num_pages, cfg.page_size, attn.kv_heads, attn.head_dim,
+                          self.dtype, self.device)
+        self.pool = PagePool(num_pages, cfg.page_size, cfg.max_running_reqs, self.max_seq_len, self.device)
+        name = cfg.attention or ("flashinfer" if self.device.type == "cuda" else "reference")
+        self.backend = make_backend(name, self.kv, self.pool, **({"num_q_heads": attn.q_heads} if name == "flashinfer" else {}))
+        self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        self.graphs = None
+        if self.device.type != "cuda" or cfg.cuda_graph_max_bs <= 0:
+            log.info("CUDA graphs off: %s", "no CUDA device" if self.device.type != "cuda" else "--cuda-graph-max-bs 0")
+        else:
+            from .graphs import GraphRunner
+            self.graphs = GraphRunner(self, cfg.cuda_graph_max_bs)
+
+    def _num_pages(self, bytes_per_token: int) -> int:
+        ps, elem = self.cfg.page_size, torch.finfo(self.dtype).bits // 8
+        if self.cfg.max_total_tokens:
+            tokens = self.cfg.max_total_tokens
+        elif self.device.type == "cuda":
+            free, _ = torch.cuda.mem_get_info(self.device)
+            tokens = int(free * self.cfg.memory_fraction) // (bytes_per_token * elem)
+        else:
+            tokens = 32768
+        return max(1, tokens // ps)
+
+    # ---- chapter 7: the ledger becomes kernel arguments ------------------------------------------
+    def prepare(self, batch: Batch) -> None:
+        reqs = batch.reqs
+        cached = np.fromiter((r.cached_len for r in reqs), np.int64, len(reqs))
+        ext = np.fromiter((r.extend_len for r in reqs), np.int64, len(reqs))
+        rows = np.repeat(np.fromiter((r.table_idx for r in reqs), np.int64, len(reqs)), ext)
+        to_dev = lambda a: torch.from_numpy(a).to(self.device, non_blocking=True)
+        batch.positions = to_dev(ragged_arange(cached, ext))
+        batch.input_ids = self.pool.token_pool[to_dev(rows), batch.positions]
+        batch.sample_rows = [i for i, r in enumerate(reqs) if not r.is_chunked]
+        self.backend.prepare(batch)
+
+    @torch.inference_mode()
+    def forward(self, batch: Batch) -> torch.Tensor:
+        """Run one step; return the sampled tokens of `batch.sample_rows` (also written to the token pool)."""
+        self.prepare(batch)
+        if self.graphs is not None and self.graphs.can_run(batch):
+            h = self.graphs.replay(batch)
+        else:
+            h = self.model(batch.input_ids, batch.positions, self.backend, batch)
+        if not batch.sample_rows:
+            return torch.zeros(0, dtype=torch.int32, device=self.device)
+        sampled = [batch.reqs[i] for i in batch.sample_rows]
+        last = np.cumsum([r.extend_len for r in batch.reqs]) - 1  # each request's last new token
+        logits = self.model.logits(h[torch.from_numpy(last[batch.sample_rows]).to(self.device)])
+        tokens = sample(logits, SamplingTensors.from_reqs(sampled, self.vocab_size, self.device), self.generator)
+        rows = torch.tensor([r.table_idx for r in sampled], device=self.device)
+        pos = torch.tensor([r.device_len for r in sampled], device=self.device)
+        self.pool.token_pool[rows, pos] = tokens  # step N+1 reads its input ids from here
+        return tokens

@@ -1,0 +1,87 @@
+"""Model definition and loading (supporting code, used by every chapter)."""
+from __future__ import annotations
+
+import glob
+import os
+import re
+
+import torch
+
+from .llama import LlamaForCausalLM
+
+SUPPORTED = ("llama", "qwen2", "qwen3")
+
+# checkpoint name piece -> (our module name, part of a merged matrix)
+_MERGED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+           "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+
+
+def load_config(path: str):
+    from transformers import AutoConfig
+    cfg = AutoConfig.from_pretrained(path)
+    if cfg.model_type not in SUPPORTED:
+        raise ValueError(f"model_type {cfg.model_type!r} is not supported (supported: {', '.join(SUPPORTED)})")
+    return cfg
+
+
+def build_model(cfg, device: torch.device, dtype: torch.dtype, max_positions: int,
+                path: str | None = None, dummy_weights: bool = False, seed: int = 0) -> LlamaForCausalLM:
+    """Build the model on `device` in `dtype` and fill it: from safetensors under `path`, or random."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(cfg, max_positions)
+    finally:
+        torch.set_default_dtype(old)
+    if dummy_weights:
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.data.fill_(1.0)
+            else:  # drawn on the CPU so every device and TP rank sees the same numbers
+                p.data.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+    else:
+        load_weights(model, path)
+    return model.eval()
+
+
+def load_weights(model: LlamaForCausalLM, path: str) -> None:
+    from safetensors import safe_open
+    files = sorted(glob.glob(os.path.join(path, "*.safetensors")))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors files in {path}")
+    params = dict(model.named_parameters(remove_duplicate=False))
+    seen = set()
+    for f in files:
+        with safe_open(f, framework="pt", device="cpu") as st:
+            for name in st.keys():
+                if "rotary_emb" in name:
+                    continue
+                target, part = re.sub(r"^model\.", "", name), None
+                for ckpt, (ours, idx) in _MERGED.items():
+                    if f".{ckpt}." in target:
+                        target, part = target.replace(ckpt, ours), idx
+                if target not in params:
+                    if name == "lm_head.weight" and model.config.tie_word_embeddings:
+                        continue
+                    raise KeyError(f"checkpoint tensor {name} has no place in the model")
+                p = params[target]
+                with torch.no_grad():
+                    p.load(p.data, _Cast(st.get_slice(name), p.dtype), part)
+                seen.add((target, part))
+    missing = {n for n, p in model.named_parameters()} - {t for t, _ in seen}
+    if model.config.tie_word_embeddings:
+        missing.discard("lm_head.weight")
+    if missing:
+        raise KeyError(f"checkpoint lacks: {sorted(missing)[:5]}")
+
+
+class _Cast:
+    """A safetensors slice that casts what is read to the parameter's dtype."""
+
+    def __init__(self, sl, dtype):
+        self.sl, self.dtype = sl, dtype
+
+    def __getitem__(self, idx):
+        return self.sl[idx].to(self.dtype)

@@ -1,0 +1,133 @@
+"""Layers of a Llama-family decoder, written so tensor parallelism (chapter 8) can shard them.
+
+Each parameter carries a `load(param, tensor_slice, part)` function that picks this rank's shard
+from a checkpoint tensor (a safetensors slice, so a rank reads only what it needs). With tp size 1
+every shard is the whole tensor.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..tp import all_gather_last_dim, all_reduce, get_tp_info, shard_range
+
+
+def _param(*shape: int, load=None) -> nn.Parameter:
+    p = nn.Parameter(torch.empty(*shape), requires_grad=False)
+    p.load = load or (lambda param, sl, part=None: param.copy_(sl[:]))
+    return p
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight, self.eps = _param(dim), eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # in float32, as Hugging Face does, whatever the model dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+class ColumnParallelLinear(nn.Module):
+    """y = x W^T, W's output rows split across ranks. Several checkpoint matrices may be merged into
+    one (q|k|v, gate|up): `parts` lists, per part, (full rows, rows this rank keeps, start row)."""
+
+    def __init__(self, in_features: int, parts: list[tuple[int, int, int]], bias: bool = False):
+        super().__init__()
+        self.parts = parts
+        self.offsets = [sum(p[1] for p in parts[:i]) for i in range(len(parts))]
+        out = sum(p[1] for p in parts)
+        self.weight = _param(out, in_features, load=self._load)
+        self.bias = _param(out, load=self._load) if bias else None
+
+    def _load(self, param: torch.Tensor, sl, part: int = 0) -> None:
+        _, n, start = self.parts[part]
+        param.narrow(0, self.offsets[part], n).copy_(sl[start:start + n])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+    @classmethod
+    def simple(cls, in_features: int, out_features: int, bias: bool = False, merged: int = 1):
+        start, end = shard_range(out_features)
+        return cls(in_features, [(out_features, end - start, start)] * merged, bias)
+
+
+class RowParallelLinear(nn.Module):
+    """y = sum over ranks of x_r W_r^T: W's input columns split; an all-reduce joins the partial sums."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False):
+        super().__init__()
+        self.start, end = shard_range(in_features)
+        self.weight = _param(out_features, end - self.start, load=self._load)
+        self.bias = _param(out_features) if bias else None
+
+    def _load(self, param, sl, part=None) -> None:
+        param.copy_(sl[:, self.start:self.start + param.shape[1]])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = all_reduce(F.linear(x, self.weight))
+        return y + self.bias if self.bias is not None else y
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Each rank holds a contiguous slice of the vocabulary (the last one padded)."""
+
+    def __init__(self, vocab: int, dim: int):
+        super().__init__()
+        tp = get_tp_info()
+        self.per_rank = -(-vocab // tp.size)
+        self.start = tp.rank * self.per_rank
+        self.vocab = vocab
+        self.weight = _param(self.per_rank, dim, load=self._load)
+
+    def _load(self, param, sl, part=None) -> None:
+        n = max(0, min(self.vocab - self.start, self.per_rank))
+        param.zero_()
+        param[:n].copy_(sl[self.start:self.start + n])
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if get_tp_info().size == 1:
+            return F.embedding(ids, self.weight)
+        local = ids - self.start
+        mask = (local < 0) | (local >= self.per_rank)
+        out = F.embedding(local.masked_fill(mask, 0), self.weight).masked_fill(mask[:, None], 0)
+        return all_reduce(out)
+
+
+class ParallelLMHead(VocabParallelEmbedding):
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return all_gather_last_dim(F.linear(h, self.weight))[:, : self.vocab]
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin tables for every position, from transformers' own RoPE initialisers (default,
+    linear, dynamic, yarn, llama3, ...), so scaling variants match the checkpoint's reference."""
+
+    def __init__(self, config, head_dim: int, max_positions: int):
+        super().__init__()
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+        params = getattr(config, "rope_parameters", None) or {}
+        rope_type = params.get("rope_type", "default")
+        if rope_type == "default":
+            theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+            inv_freq, scale = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float) / head_dim)), 1.0
+        else:
+            inv_freq, scale = ROPE_INIT_FUNCTIONS[rope_type](config, "cpu")
+        freqs = torch.arange(max_positions, dtype=torch.float)[:, None] * inv_freq.float()[None, :]
+        emb = torch.cat([freqs, freqs], dim=-1)
+        self.register_buffer("cos", emb.cos() * scale, persistent=False)
+        self.register_buffer("sin", emb.sin() * scale, persistent=False)
+
+    def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        cos = self.cos[positions].to(q.dtype)[:, None, :]  # [tokens, 1, head_dim]
+        sin = self.sin[positions].to(q.dtype)[:, None, :]
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat([-b, a], dim=-1)

@@ -1,0 +1,109 @@
+"""A Llama-family decoder (Llama, Qwen2 with qkv bias, Qwen3 with q/k RMSNorm) over the paged KV pool.
+
+The model never sees requests: it reads a flat batch of tokens (`input_ids`, `positions`) and asks
+the attention backend to store and attend; the backend knows which tokens belong to whom.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..tp import get_tp_info, shard_range
+from .layers import (ColumnParallelLinear, ParallelLMHead, RMSNorm, RotaryEmbedding, RowParallelLinear,
+                     VocabParallelEmbedding)
+
+
+def head_layout(num_heads: int, num_kv_heads: int) -> tuple[int, int, int, int]:
+    """(q heads per rank, first q head, kv heads per rank, first kv head) for this TP rank.
+    KV heads are split when tp divides them and replicated when tp exceeds them."""
+    tp = get_tp_info()
+    if num_heads % tp.size:
+        raise ValueError(f"tp={tp.size} must divide the model's {num_heads} query heads")
+    if tp.size <= num_kv_heads:
+        if num_kv_heads % tp.size:
+            raise ValueError(f"tp={tp.size} must divide the model's {num_kv_heads} KV heads")
+        kv = num_kv_heads // tp.size
+        kv_start = tp.rank * kv
+    else:
+        if tp.size % num_kv_heads:
+            raise ValueError(f"tp={tp.size} must be a multiple of the model's {num_kv_heads} KV heads")
+        kv, kv_start = 1, tp.rank // (tp.size // num_kv_heads)
+    q = num_heads // tp.size
+    return q, tp.rank * q, kv, kv_start
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg, layer_id: int, rope: RotaryEmbedding):
+        super().__init__()
+        self.layer_id, self.rope = layer_id, rope
+        d = self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.q_heads, q0, self.kv_heads, kv0 = head_layout(cfg.num_attention_heads, cfg.num_key_value_heads)
+        bias = getattr(cfg, "attention_bias", False) or cfg.model_type == "qwen2"
+        self.qkv_proj = ColumnParallelLinear(cfg.hidden_size, [
+            (cfg.num_attention_heads * d, self.q_heads * d, q0 * d),
+            (cfg.num_key_value_heads * d, self.kv_heads * d, kv0 * d),
+            (cfg.num_key_value_heads * d, self.kv_heads * d, kv0 * d)], bias=bias)
+        self.o_proj = RowParallelLinear(cfg.num_attention_heads * d, cfg.hidden_size)
+        self.qk_norm = cfg.model_type == "qwen3"
+        if self.qk_norm:
+            self.q_norm, self.k_norm = RMSNorm(d, cfg.rms_norm_eps), RMSNorm(d, cfg.rms_norm_eps)
+
+    def forward(self, h: torch.Tensor, positions: torch.Tensor, backend, batch) -> torch.Tensor:
+        qd, kvd = self.q_heads * self.head_dim, self.kv_heads * self.head_dim
+        q, k, v = self.qkv_proj(h).split([qd, kvd, kvd], dim=-1)
+        q = q.reshape(-1, self.q_heads, self.head_dim)
+        k = k.reshape(-1, self.kv_heads, self.head_dim)
+        v = v.reshape(-1, self.kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rope(positions, q, k)
+        o = backend.forward(q, k, v, self.layer_id, batch)
+        return self.o_proj(o.reshape(-1, qd))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.gate_up_proj = ColumnParallelLinear.simple(cfg.hidden_size, cfg.intermediate_size, merged=2)
+        self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(nn.functional.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg, layer_id: int, rope: RotaryEmbedding):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, layer_id, rope)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MLP(cfg)
+
+    def forward(self, h, positions, backend, batch):
+        h = h + self.self_attn(self.input_layernorm(h), positions, backend, batch)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(self, cfg, max_positions: int):
+        super().__init__()
+        self.config = cfg
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        rope = RotaryEmbedding(cfg, head_dim, max_positions)
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, rope) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def forward(self, input_ids, positions, backend, batch) -> torch.Tensor:
+        """Hidden states of every token in the batch, shape [tokens, hidden]."""
+        h = self.embed_tokens(input_ids)
+        for layer in self.layers:
+            h = layer(h, positions, backend, batch)
+        return self.norm(h)
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(h).float()

@@ -1,0 +1,138 @@
+"""Chapter 4 — Pages and the page table: where does each token's K/V live?
+
+The KV pool is one big array of *slots* per layer; slots are handed out a page (page_size slots)
+at a time from a free list. Each running request owns one row of the page table, and that row
+stores a **raw slot location per token position**, not a page number:
+
+    page_table[table_idx, pos] = page * page_size + pos % page_size
+
+So a kernel never needs to know the page size: it reads every page as if it held one token.
+`token_pool` has the same shape and holds the token id at each position, on the device, so the
+next step's input ids can be gathered without a trip through the host.
+
+    slots:  [ page 0 | page 1 | ... | page num_pages-1 | dummy page ]
+                                                         ^ padding lanes (CUDA graphs) write here only
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .req import Req
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def ragged_arange(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """concat(arange(s, s + n) for s, n in zip(starts, lens)), without a Python loop."""
+    total = int(lens.sum())
+    offsets = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+    return np.repeat(starts, lens) + offsets
+
+
+class KVCache:
+    """Per-layer K and V of shape [num_slots, kv_heads, head_dim]; the last page is the dummy page."""
+
+    def __init__(self, num_layers: int, num_pages: int, page_size: int, kv_heads: int, head_dim: int,
+                 dtype: torch.dtype, device: torch.device):
+        num_slots = (num_pages + 1) * page_size
+        # empty, not zeros: untouched slots cost no memory on the CPU; the dummy page is zeroed
+        self.k = torch.empty(num_layers, num_slots, kv_heads, head_dim, dtype=dtype, device=device)
+        self.v = torch.empty_like(self.k)
+        self.k[:, num_pages * page_size:].zero_()
+        self.v[:, num_pages * page_size:].zero_()
+        self.dummy_page = num_pages
+
+    def store(self, layer: int, out_loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        self.k[layer][out_loc] = k
+        self.v[layer][out_loc] = v
+
+
+class PagePool:
+    """The free list of pages, the page table and the token pool, plus the free table rows.
+
+    Regions of one request's page-table row while it runs:
+
+        pos:  0 ......... matched_len ......... cached_len ......... device_len
+              | prefix cache's |   this request's own   |  this step's   |
+              | pages (locked) |   pages (full + tail)  |  new out_loc   |
+    """
+
+    def __init__(self, num_pages: int, page_size: int, max_running_reqs: int, max_seq_len: int,
+                 device: torch.device):
+        self.num_pages, self.page_size, self.device = num_pages, page_size, device
+        self.max_seq_len = max_seq_len
+        self.free_pages = torch.arange(num_pages, dtype=torch.int32, device=device)
+        rows = max_running_reqs + 1  # the last row belongs to the dummy request used for padding
+        self.page_table = torch.zeros(rows, max_seq_len, dtype=torch.int32, device=device)
+        self.token_pool = torch.zeros(rows, max_seq_len, dtype=torch.int32, device=device)
+        dummy = num_pages * page_size + torch.arange(max_seq_len, device=device) % page_size
+        self.page_table[max_running_reqs] = dummy.to(torch.int32)
+        self.dummy_row = max_running_reqs
+        self.free_rows = list(range(max_running_reqs))
+        self.evict_fn = None  # set by the scheduler: frees pages from the prefix cache on demand
+
+    # ---- pages ---------------------------------------------------------------------------------
+    @property
+    def num_free_pages(self) -> int:
+        return int(self.free_pages.numel())
+
+    def take_pages(self, n: int) -> torch.Tensor:
+        if n > self.num_free_pages and self.evict_fn is not None:
+            self.free(self.evict_fn((n - self.num_free_pages) * self.page_size))
+        if n > self.num_free_pages:
+            raise RuntimeError(f"out of KV pages: need {n}, have {self.num_free_pages}")
+        pages, self.free_pages = self.free_pages[:n], self.free_pages[n:]
+        return pages
+
+    def free(self, locs: torch.Tensor) -> None:
+        """Return the pages behind `locs`, which must cover whole pages starting at a page boundary."""
+        if locs.numel():
+            self.free_pages = torch.cat([self.free_pages, (locs[:: self.page_size] // self.page_size).to(torch.int32)])
+
+    def free_tail(self, req: Req, start: int) -> None:
+        """Free a request's own pages from position `start` (page-aligned) to its cached_len."""
+        ps = self.page_size
+        end = cdiv(req.cached_len, ps) * ps  # include the partial last page
+        if end > start:
+            self.free(self.page_table[req.table_idx, start:end])
+
+    # ---- rows ----------------------------------------------------------------------------------
+    def take_row(self) -> int:
+        return self.free_rows.pop()
+
+    def release_row(self, row: int) -> None:
+        self.free_rows.append(row)
+
+    # ---- locations for one step ----------------------------------------------------------------
+    def assign_locations(self, reqs: list[Req]) -> torch.Tensor:
+        """Give every position in [cached_len, device_len) of every request a slot; return out_loc.
+
+        A position continues its request's last, partial page when there is one (same page, next
+        offset) and otherwise opens a fresh page from the free list.
+        """
+        ps = self.page_size
+        cached = np.fromiter((r.cached_len for r in reqs), np.int64, len(reqs))
+        ext = np.fromiter((r.extend_len for r in reqs), np.int64, len(reqs))
+        rows = np.repeat(np.fromiter((r.table_idx for r in reqs), np.int64, len(reqs)), ext)
+        pos = ragged_arange(cached, ext)
+        first_new = -(-cached // ps)  # logical pages below this already exist
+        new_pages = -(-(cached + ext) // ps) - first_new
+        lp = pos // ps
+        is_new = lp >= np.repeat(first_new, ext)
+        order = np.repeat(np.cumsum(new_pages) - new_pages - first_new, ext) + lp  # index into `pages`
+        pages = self.take_pages(int(new_pages.sum()))
+        to_dev = lambda a: torch.from_numpy(a).to(self.device, non_blocking=True)
+        rows_t, pos_t = to_dev(rows), to_dev(pos)
+        loc = torch.empty(len(pos), dtype=torch.int32, device=self.device)
+        if is_new.all():  # the common case (always, when page_size == 1)
+            loc[:] = pages[to_dev(order)] * ps + (pos_t % ps).to(torch.int32)
+        else:
+            new_t, old_t = to_dev(np.flatnonzero(is_new)), to_dev(np.flatnonzero(~is_new))
+            loc[new_t] = pages[to_dev(order[is_new])] * ps + (pos_t[new_t] % ps).to(torch.int32)
+            page_start = self.page_table[rows_t[old_t], (pos_t[old_t] // ps) * ps]
+            loc[old_t] = page_start + (pos_t[old_t] % ps).to(torch.int32)
+        self.page_table[rows_t, pos_t] = loc
+        return loc

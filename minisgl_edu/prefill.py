@@ -1,0 +1,85 @@
+"""Chapter 3 — Prefill budget and chunked prefill: what goes into this step, and how much of it?
+
+Two budgets decide a prefill batch:
+
+* the **token budget** — how many tokens this step may extend in all (`max_prefill_tokens`);
+* the **reserved size** — KV pages that requests already admitted may still claim before they
+  finish. Admission reserves a request's *whole* future (prompt + max_tokens), so a running request
+  never runs out of pages and nothing ever has to be preempted.
+
+A waiting request is admitted when five conditions hold, in this order:
+
+  1. a page-table row is free;
+  2. token budget is left;
+  3. its estimated pages + the reserved size fit in free + evictable pages;
+  4. its matched prefix is locked (so eviction cannot take it);
+  5. re-checked after the lock: locking moved the prefix from evictable to protected.
+
+A prompt larger than what is left of the token budget is *chunked*: this step extends only part of
+it (`device_len < prompt_len`), nothing is sampled for it, and it comes back first next step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .paging import PagePool, cdiv
+from .req import Req
+
+
+def pages_to_finish(req: Req, page_size: int) -> int:
+    """Pages `req` may still allocate from its current cached_len until max_device_len."""
+    return cdiv(req.max_device_len, page_size) - cdiv(req.cached_len, page_size)
+
+
+@dataclass
+class PrefillAdder:
+    token_budget: int
+    reserved_pages: int  # the reserved size, counted in pages
+    pool: PagePool
+    cache: object
+    added: list[Req] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)  # why admission stopped: for notebooks and traces
+
+    def available_pages(self) -> int:
+        return self.pool.num_free_pages + self.cache.evictable_size // self.pool.page_size
+
+    def try_add(self, req: Req) -> bool:
+        """Admit `req` (fully or as a chunk) and return True, or leave it waiting and return False."""
+        ps, fresh = self.pool.page_size, req.table_idx < 0
+        if fresh and not self.pool.free_rows:
+            return self._stop("1: no free page-table row")
+        if self.token_budget <= 0:
+            return self._stop("2: token budget spent")
+        if fresh:
+            node, locs = self.cache.match_prefix(req.token_ids[: req.prompt_len])
+            # keep at least the last prompt token to compute: its logits give the first output token
+            matched = min(len(locs), (req.prompt_len - 1) // ps * ps)
+            req.cached_len = matched
+            need = pages_to_finish(req, ps)
+            if need + self.reserved_pages > self.available_pages():
+                req.cached_len = 0
+                return self._stop(f"3: needs {need} pages + {self.reserved_pages} reserved > {self.available_pages()} available")
+            self.cache.lock(node)
+            if need + self.reserved_pages > self.available_pages():
+                self.cache.unlock(node)
+                req.cached_len = 0
+                return self._stop("5: no longer fits once its prefix is locked")
+            req.cache_handle, req.matched_len = node, matched
+            req.table_idx = self.pool.take_row()
+            row = req.table_idx
+            self.pool.page_table[row, :matched] = locs[:matched]
+            self.pool.token_pool[row, : req.prompt_len] = torch.tensor(req.token_ids[: req.prompt_len], dtype=torch.int32)
+        else:
+            need = pages_to_finish(req, ps)  # a chunked request continuing: its reservation is renewed
+        chunk = min(req.prompt_len - req.cached_len, self.token_budget)
+        req.device_len = req.cached_len + chunk
+        self.token_budget -= chunk
+        self.reserved_pages += need
+        self.added.append(req)
+        return True
+
+    def _stop(self, why: str) -> bool:
+        self.log.append(why)
+        return False

@@ -1,0 +1,211 @@
+"""Chapter 6 — The scheduler loop, normal and overlapped: what does the CPU do while the GPU works?
+
+One iteration: receive -> schedule (prefill first, else decode) -> launch the forward -> process the
+results (append tokens, finish, free). The *normal* loop processes step N's results before it
+schedules step N+1. The *overlap* loop launches step N+1 first and processes step N's results while
+the device computes: the ledger is advanced at launch time (`complete_one`) and the next step's
+input ids are read from the token pool on the device, so no host round trip sits between steps.
+
+The price: a request that stops on EOS in step N is already part of step N+1. Its extra token is
+dropped, and it is freed exactly once (`finish_reason` is set when it is freed).
+"""
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+
+from .paging import cdiv
+from .prefill import PrefillAdder, pages_to_finish
+from .radix import make_cache
+from .req import Batch, Req, SamplingParams
+
+log = logging.getLogger("minisgl_edu")
+
+
+@dataclass
+class TokenOutput:
+    uid: int
+    token_id: int  # -1 when nothing new was produced (an abort or an error)
+    finished: bool
+    finish_reason: str | None = None  # "stop" | "length" | "abort"
+
+
+@dataclass
+class StepStats:
+    phase: str
+    batch_size: int
+    tokens: int  # tokens extended this step
+    cache_hit_tokens: int  # prompt tokens served from the prefix cache (prefill steps)
+
+
+class Scheduler:
+    def __init__(self, engine, max_prefill_tokens: int = 8192, cache: str = "radix", overlap: bool = False,
+                 eos_token_ids: tuple[int, ...] = ()):
+        if max_prefill_tokens < 1:
+            raise ValueError(f"max_prefill_tokens must be >= 1, got {max_prefill_tokens}")
+        self.engine, self.pool = engine, engine.pool
+        self.page_size = self.pool.page_size
+        self.cache = make_cache(cache, self.page_size, engine.device)
+        self.pool.evict_fn = self.cache.evict
+        self.max_prefill_tokens = max_prefill_tokens
+        self.overlap = overlap
+        self.eos = set(eos_token_ids)
+        self.pending: deque[Req] = deque()  # waiting for admission; a chunked request sits in front
+        self.running: list[Req] = []  # decoding
+        self.live: dict[int, Req] = {}  # every request not yet finished, by uid
+        self.in_flight = None  # overlap: (batch, tokens on their way to the host, copy-done event)
+        self.stats: list[StepStats] = []
+        self.evicted_tokens = 0
+
+    # ---- receive -------------------------------------------------------------------------------
+    def add_request(self, uid: int, token_ids: list[int], sampling: SamplingParams) -> Req:
+        """Validate and queue a request. Raises ValueError for input no schedule could serve."""
+        sampling.validate()
+        if uid in self.live:
+            raise ValueError(f"request id {uid} is already in use")
+        if len(token_ids) == 0:
+            raise ValueError("the prompt is empty")
+        vocab = self.engine.vocab_size
+        if any(not 0 <= t < vocab for t in token_ids):
+            raise ValueError(f"token ids must lie in [0, {vocab})")
+        ctx = self.engine.max_seq_len
+        if len(token_ids) >= ctx:
+            raise ValueError(f"the prompt has {len(token_ids)} tokens; the context holds {ctx}, "
+                             "including at least one generated token")
+        req = Req(uid, list(token_ids), sampling)
+        if req.max_device_len > ctx:  # clamp the output to the context (callers are told: req.clamped)
+            req.max_device_len = ctx
+            req.clamped = True
+        if pages_to_finish(req, self.page_size) > self.pool.num_pages:
+            raise ValueError(f"prompt ({req.prompt_len}) + max_tokens needs {pages_to_finish(req, self.page_size)} "
+                             f"KV pages, but the pool has only {self.pool.num_pages}")
+        self.live[uid] = req
+        self.pending.append(req)
+        return req
+
+    def abort(self, uid: int) -> list[TokenOutput]:
+        req = self.live.get(uid)
+        if req is None:
+            return []
+        if req in self.pending:
+            self.pending.remove(req)
+        self._finish(req, "abort")
+        return [TokenOutput(uid, -1, True, "abort")]
+
+    @property
+    def idle(self) -> bool:
+        return not self.pending and not self.running and self.in_flight is None
+
+    # ---- schedule ------------------------------------------------------------------------------
+    def schedule(self) -> Batch | None:
+        reserved = sum(pages_to_finish(r, self.page_size) for r in self.running)
+        adder = PrefillAdder(self.max_prefill_tokens, reserved, self.pool, self.cache)
+        for req in self.pending:
+            if not adder.try_add(req):
+                break
+        if adder.added:
+            for req in adder.added:
+                self.pending.remove(req)
+            if adder.added[-1].is_chunked:  # it comes back first next step
+                self.pending.appendleft(adder.added[-1])
+            return Batch(adder.added, "prefill")
+        if self.pending and not self.running and self.in_flight is None:
+            raise RuntimeError(f"cannot admit a request into an idle engine: {adder.log}")
+        return Batch(list(self.running), "decode") if self.running else None
+
+    # ---- launch --------------------------------------------------------------------------------
+    def launch(self, batch: Batch) -> torch.Tensor:
+        """Assign KV slots, run the forward, and advance every ledger as if the token were known."""
+        hit = sum(r.matched_len for r in batch.reqs if r.cached_len == r.matched_len) if batch.is_prefill else 0
+        self.stats.append(StepStats(batch.phase, batch.size, sum(r.extend_len for r in batch.reqs), hit))
+        batch.out_loc = self.pool.assign_locations(batch.reqs)
+        tokens = self.engine.forward(batch)
+        for req in batch.reqs:
+            if req.is_chunked:
+                req.cached_len = req.device_len
+                continue
+            req.complete_one()
+            if batch.is_prefill:
+                self.running.append(req)
+            if req.device_len >= req.max_device_len:  # its last token is in flight: no further step
+                self.running.remove(req)
+        return tokens
+
+    # ---- process results -----------------------------------------------------------------------
+    def process(self, batch: Batch, tokens: list[int]) -> list[TokenOutput]:
+        out = []
+        for req, tok in zip((batch.reqs[i] for i in batch.sample_rows), tokens):
+            if req.finish_reason is not None:  # freed after step N while this step was in flight
+                continue
+            req.token_ids.append(tok)
+            reason = None
+            if tok in self.eos and not req.sampling.ignore_eos:
+                reason = "stop"
+            elif len(req.token_ids) >= req.max_device_len:
+                reason = "length"
+            if reason:
+                self._finish(req, reason)
+            out.append(TokenOutput(req.uid, tok, reason is not None, reason))
+        return out
+
+    def _finish(self, req: Req, reason: str) -> None:
+        """Hand the request's computed prefix to the cache, free the rest, unlock, release its row."""
+        req.finish_reason = reason
+        self.live.pop(req.uid, None)
+        if req in self.running:
+            self.running.remove(req)
+        if req.table_idx < 0:
+            return  # never admitted: holds nothing
+        ps, row = self.page_size, req.table_idx
+        aligned = req.cached_len // ps * ps
+        present = self.cache.insert_prefix(req.token_ids[:aligned], self.pool.page_table[row, :aligned])
+        self.pool.free(self.pool.page_table[row, req.matched_len:present])  # our copies of what was cached
+        self.pool.free_tail(req, max(aligned, present))
+        self.cache.unlock(req.cache_handle)
+        self.pool.release_row(row)
+        req.table_idx = -1
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def step(self) -> list[TokenOutput]:
+        """One iteration of the loop (normal or overlap, as configured)."""
+        if not self.overlap:
+            batch = self.schedule()
+            if batch is None:
+                return []
+            return self.process(batch, self.launch(batch).tolist())
+        batch = self.schedule()
+        launched = None
+        if batch is not None:
+            tokens = self.launch(batch)
+            host = tokens.to("cpu", non_blocking=True)
+            event = None
+            if tokens.is_cuda:
+                event = torch.cuda.Event()
+                event.record()
+            launched = (batch, host, event)
+        out = []
+        if self.in_flight is not None:
+            prev, host_prev, event_prev = self.in_flight
+            if event_prev is not None:
+                event_prev.synchronize()  # the copy-done event guards the CPU read
+            out = self.process(prev, host_prev.tolist())
+        self.in_flight = launched
+        return out
+
+    # ---- integrity -----------------------------------------------------------------------------
+    def check_integrity(self) -> None:
+        """free pages + pages in the cache + pages held by live requests == all pages; no page twice."""
+        self.cache.check_integrity()
+        ps, table = self.page_size, self.pool.page_table
+        held = [table[r.table_idx, r.matched_len: cdiv(r.cached_len, ps) * ps: ps] // ps
+                for r in self.live.values() if r.table_idx >= 0]
+        cached = self.cache.all_locations()[::ps] // ps
+        pages = torch.cat([self.pool.free_pages.long(), cached.long()] + [h.long() for h in held])
+        assert len(pages) == self.pool.num_pages, \
+            f"page leak: {self.pool.num_free_pages} free + {len(cached)} cached + {sum(map(len, held))} held != {self.pool.num_pages}"
+        assert len(torch.unique(pages)) == len(pages), "a page is counted twice"
+        rows_in_use = sum(r.table_idx >= 0 for r in self.live.values())
+        assert len(self.pool.free_rows) + rows_in_use == self.pool.dummy_row, "page-table row leak"

@@ -1,0 +1,56 @@
+"""Shared fixtures: the default model, the transformers oracle, and prompts of mixed lengths."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+torch.set_num_threads(max(1, torch.get_num_threads()))
+
+LOREM = ("The history of computing is a story of layers: each generation of engineers builds on the "
+         "abstractions of the last, hiding detail so that the next can think in larger pieces. ")
+
+
+def make_prompts(tok) -> list[list[int]]:
+    """8+ prompts from 5 to > 600 tokens; two share a long prefix."""
+    texts = ["Hello there, how are", "Write a haiku about the sea:", "The three primary colours are",
+             LOREM * 3 + "In one sentence, the main idea is", LOREM * 6 + "To summarise:",
+             LOREM * 18 + "Therefore,", "1, 2, 3, 4, 5,", "def fibonacci(n):\n   "]
+    ids = [tok.encode(t) for t in texts]
+    assert min(map(len, ids)) >= 5 and max(map(len, ids)) >= 600, [len(i) for i in ids]
+    return ids
+
+
+@pytest.fixture(scope="session")
+def model_path() -> str:
+    from minisgl_edu.default_model import default_model_path
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(model_path):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(model_path)
+
+
+@pytest.fixture(scope="session")
+def prompts(tokenizer):
+    return make_prompts(tokenizer)
+
+
+@pytest.fixture(scope="session")
+def hf_greedy(model_path):
+    """hf_greedy(ids, n) -> transformers' greedy continuation, one prompt at a time (cached)."""
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+
+    @functools.lru_cache(maxsize=None)
+    def run(ids: tuple[int, ...], n: int) -> list[int]:
+        x = torch.tensor([ids])
+        with torch.no_grad():
+            out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False,
+                                 pad_token_id=model.config.eos_token_id)
+        return out[0, len(ids):].tolist()
+
+    return lambda ids, n: run(tuple(ids), n)
