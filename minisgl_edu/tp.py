@@ -59,3 +59,26 @@ def all_gather_last_dim(x: torch.Tensor) -> torch.Tensor:
     parts = [torch.empty_like(x) for _ in range(_TP.size)]
     dist.all_gather(parts, x.contiguous())
     return torch.cat(parts, dim=-1)
+
+
+_CPU_GROUP = None
+
+
+def init_distributed(rank: int, size: int, device: torch.device | str, init_method: str) -> None:
+    """Join the TP group: NCCL for tensors on CUDA (+ a gloo group for CPU-side control), gloo on CPU.
+    `init_method` is a `file://` path in a private temp dir (no TCP port is opened to other hosts)."""
+    global _CPU_GROUP
+    set_tp_info(rank, size)
+    if size == 1:
+        return
+    device = torch.device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=size)
+    _CPU_GROUP = dist.new_group(backend="gloo") if backend == "nccl" else dist.group.WORLD
+
+
+def cpu_group():
+    """The group for host-side control messages (message counts, barriers)."""
+    return _CPU_GROUP
