@@ -1,0 +1,23 @@
+"""A tiny random-weight Llama for tests that need a real engine but not a real model."""
+from __future__ import annotations
+
+import os
+
+VOCAB = 97
+
+
+def tiny_model_dir(root: str, vocab: int = VOCAB, max_positions: int = 256) -> str:
+    """Write a config-only Llama folder (2 layers, hidden 32, GQA 4:2) under `root`; return its path."""
+    from transformers import LlamaConfig
+    path = os.path.join(root, "tiny-llama")
+    if not os.path.exists(os.path.join(path, "config.json")):
+        LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
+                    tie_word_embeddings=False).save_pretrained(path)
+    return path
+
+
+def tiny_llm(path: str, **kw):
+    from minisgl_edu import LLM
+    kw.setdefault("device", "cpu")
+    return LLM(path, dummy_weights=True, **kw)
