@@ -1,0 +1,151 @@
+"""Chapter 4 — Pages and the page table: page-aligned allocation, raw token locations, no leak."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minisgl_edu.paging import KVCache, PagePool, cdiv, ragged_arange
+from minisgl_edu.req import Req, SamplingParams
+
+
+def make_req(pool: PagePool, prompt_len: int, uid: int = 0) -> Req:
+    req = Req(uid, [1] * prompt_len, SamplingParams(max_tokens=1000))
+    req.table_idx = pool.take_row()
+    return req
+
+
+def check_rows(pool: PagePool, reqs: list[Req], other_pages: int = 0) -> None:
+    """Every request's first device_len entries are valid slots in its own pages; no slot is shared;
+    free pages + pages in use (+ `other_pages` taken outside any request) == all pages."""
+    ps, free = pool.page_size, set(pool.free_pages.tolist())
+    assert len(free) == pool.num_free_pages, "a page sits twice in the free list"
+    seen_locs, used_pages = set(), set()
+    for r in reqs:
+        locs = pool.page_table[r.table_idx, : r.device_len].long()
+        pos = torch.arange(r.device_len)
+        assert bool(((locs % ps) == (pos % ps)).all()), "slot offset within its page != position offset"
+        assert bool((locs < pool.num_pages * ps).all()) and bool((locs >= 0).all())
+        pages = locs // ps
+        # a request's consecutive positions inside one logical page share one physical page
+        assert bool((pages.view(-1)[:: ps].repeat_interleave(ps)[: r.device_len] == pages).all())
+        assert not (set(pages.tolist()) & free), "a page in use is also free"
+        assert not (set(locs.tolist()) & seen_locs), "a slot handed out twice"
+        seen_locs |= set(locs.tolist())
+        used_pages |= set(pages.tolist())
+    assert len(used_pages) + len(free) + other_pages == pool.num_pages, "page leak"
+
+
+def test_ragged_arange():
+    got = ragged_arange(np.array([3, 0, 10]), np.array([2, 0, 3]))
+    assert got.tolist() == [3, 4, 10, 11, 12]
+
+
+def test_dummy_page_row_and_kv():
+    pool = PagePool(num_pages=4, page_size=4, max_running_reqs=2, max_seq_len=10, device=torch.device("cpu"))
+    assert pool.dummy_row == 2 and pool.free_rows == [0, 1]
+    dummy = pool.page_table[pool.dummy_row]
+    assert bool(((dummy // 4) == 4).all())  # every padding lane writes only to the dummy page
+    assert (dummy % 4).tolist() == [i % 4 for i in range(10)]
+    kv = KVCache(2, num_pages=4, page_size=4, kv_heads=1, head_dim=2, dtype=torch.float32, device="cpu")
+    assert kv.k.shape == (2, 20, 1, 2) and kv.dummy_page == 4
+    assert bool((kv.k[:, 16:] == 0).all()) and bool((kv.v[:, 16:] == 0).all())
+
+
+@pytest.mark.parametrize("ps", [1, 4, 16])
+def test_prefill_and_decode_locations(ps):
+    pool = PagePool(num_pages=64, page_size=ps, max_running_reqs=4, max_seq_len=256, device=torch.device("cpu"))
+    a, b = make_req(pool, 13, 0), make_req(pool, 5, 1)
+    a.device_len, b.device_len = 13, 5
+    out = pool.assign_locations([a, b])
+    assert len(out) == 18
+    assert pool.num_free_pages == 64 - cdiv(13, ps) - cdiv(5, ps)  # allocation is page-aligned
+    check_rows(pool, [a, b])
+    for _ in range(2 * ps + 3):  # decode: fill the partial page, then open new ones
+        for r in (a, b):
+            r.complete_one()
+        out = pool.assign_locations([a, b])
+        assert len(out) == 2
+        check_rows(pool, [a, b])
+    assert pool.num_free_pages == 64 - cdiv(a.device_len, ps) - cdiv(b.device_len, ps)
+    for r in (a, b):
+        r.cached_len = r.device_len
+        pool.free_tail(r, 0)
+        pool.release_row(r.table_idx)
+    assert pool.num_free_pages == 64 and sorted(pool.free_rows) == [0, 1, 2, 3]
+    assert sorted(pool.free_pages.tolist()) == list(range(64))
+
+
+def test_out_of_pages_raises_and_changes_nothing():
+    pool = PagePool(num_pages=3, page_size=2, max_running_reqs=2, max_seq_len=32, device=torch.device("cpu"))
+    r = make_req(pool, 7)
+    r.device_len = 7  # needs 4 pages
+    table = pool.page_table.clone()
+    with pytest.raises(RuntimeError, match="out of KV pages"):
+        pool.assign_locations([r])
+    assert pool.num_free_pages == 3 and torch.equal(table, pool.page_table)
+
+
+def test_evict_fn_is_called_when_short():
+    pool = PagePool(num_pages=4, page_size=2, max_running_reqs=2, max_seq_len=32, device=torch.device("cpu"))
+    held = pool.take_pages(4)
+    asked = []
+    slots = (held[:2, None] * 2 + torch.arange(2)).flatten()  # every slot of two pages
+    pool.evict_fn = lambda n: (asked.append(n), slots)[1]  # the "cache" gives back two pages
+    pages = pool.take_pages(2)
+    assert asked == [4] and sorted(pages.tolist()) == sorted(held[:2].tolist())
+
+
+# ---- property test: random take / free / assign sequences ----------------------------------------
+ops = st.lists(st.tuples(st.sampled_from(["new", "extend", "finish", "take", "give"]),
+                         st.integers(0, 7), st.integers(1, 20)), min_size=1, max_size=25)
+
+
+@settings(max_examples=500, deadline=None)
+@given(ps=st.sampled_from([1, 2, 4]), num_pages=st.integers(1, 24), ops=ops)
+def test_allocator_never_double_allocates_or_leaks(ps, num_pages, ops):
+    pool = PagePool(num_pages, ps, max_running_reqs=4, max_seq_len=200, device=torch.device("cpu"))
+    reqs: list[Req] = []
+    raw: list[torch.Tensor] = []  # pages taken directly with take_pages
+    for op, pick, n in ops:
+        before = (pool.num_free_pages, pool.page_table.clone())
+        try:
+            if op == "new" and pool.free_rows:
+                r = make_req(pool, n, uid=len(reqs))
+                r.device_len = n
+                try:
+                    pool.assign_locations([r])
+                except RuntimeError:
+                    pool.release_row(r.table_idx)
+                    raise
+                reqs.append(r)
+            elif op == "extend" and reqs:
+                batch = reqs[pick % len(reqs):][:2]  # one or two requests extend together
+                for r in batch:
+                    r.cached_len, r.device_len = r.device_len, r.device_len + (1 if len(batch) > 1 else n)
+                try:
+                    pool.assign_locations(batch)
+                except RuntimeError:
+                    for r in batch:  # roll the ledger back: nothing was allocated
+                        r.device_len, r.cached_len = r.cached_len, r.cached_len - (r.device_len - r.cached_len)
+                    raise
+            elif op == "finish" and reqs:
+                r = reqs.pop(pick % len(reqs))
+                r.cached_len = r.device_len
+                pool.free_tail(r, 0)
+                pool.release_row(r.table_idx)
+            elif op == "take":
+                raw.append(pool.take_pages(n % 4 + 1))
+            elif op == "give" and raw:
+                pool.free((raw.pop(pick % len(raw))[:, None] * ps + torch.arange(ps)).flatten())  # whole pages
+        except RuntimeError:  # out of pages: the pool must be exactly as before
+            assert pool.num_free_pages == before[0] and torch.equal(pool.page_table, before[1])
+        held_raw = [p for t in raw for p in t.tolist()]
+        assert len(set(held_raw)) == len(held_raw)
+        assert not set(held_raw) & set(pool.free_pages.tolist())
+        in_use = {int(p) for r in reqs for p in (pool.page_table[r.table_idx, : r.device_len] // ps).tolist()}
+        assert not in_use & set(held_raw)
+        check_rows(pool, reqs, other_pages=len(held_raw))
+        assert len(pool.free_rows) + len(reqs) == 4
