@@ -12,7 +12,9 @@ from minisgl_edu.paging import PagePool
 from minisgl_edu.prefill import PrefillAdder, pages_to_finish
 from minisgl_edu.radix import RadixCache
 from minisgl_edu.req import Req
-from tiny_model import tiny_llm, tiny_model_dir
+from tiny_model import one_thread, tiny_llm, tiny_model_dir  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def setup(num_pages=64, ps=1, rows=4):

@@ -3,7 +3,20 @@ from __future__ import annotations
 
 import os
 
+import pytest
+import torch
+
 VOCAB = 97
+
+
+@pytest.fixture
+def one_thread():
+    """Run a tiny model on one thread: its matrices are too small to share, and on a busy machine
+    idle OpenMP workers spinning for a core make each step ~40x slower."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def tiny_model_dir(root: str, vocab: int = VOCAB, max_positions: int = 256) -> str:

@@ -1,0 +1,137 @@
+"""Chapter 6 — the scheduler loop: overlap == normal, aborts free everything, a small KV pool makes
+requests wait (not fail), and what can never fit is refused at once."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from minisgl_edu import SamplingParams
+from tiny_model import VOCAB, one_thread, tiny_llm, tiny_model_dir  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SP = SamplingParams(max_tokens=10, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def path(tmp_path_factory):
+    return tiny_model_dir(str(tmp_path_factory.mktemp("tiny")))
+
+
+def mixed_prompts(seed=0, lens=(3, 40, 17, 64, 9, 25, 51, 5)):
+    rng = random.Random(seed)
+    shared = [rng.randrange(VOCAB) for _ in range(20)]
+    prompts = [[rng.randrange(VOCAB) for _ in range(n)] for n in lens]
+    return prompts + [shared + [1, 2, 3], shared + [4, 5]]  # two share a prefix
+
+
+def run(sched, prompts, sp=SP, first_uid=0):
+    """Drive the scheduler directly until idle; return each request's output ids."""
+    reqs = [sched.add_request(first_uid + i, p, sp) for i, p in enumerate(prompts)]
+    while not sched.idle:
+        sched.step()
+    return [r.output_ids for r in reqs]
+
+
+def assert_clean(llm):
+    s = llm.scheduler
+    assert s.idle
+    s.check_integrity()
+    pool = llm.engine.pool
+    assert sorted(pool.free_rows) == list(range(pool.dummy_row))  # every table row free
+    assert pool.num_free_pages + s.cache.size // pool.page_size == pool.num_pages
+
+
+@pytest.mark.parametrize("ps,budget", [(1, 8192), (4, 16), (1, 24)])
+def test_overlap_equals_normal(path, ps, budget):
+    prompts = mixed_prompts()
+    outs = {}
+    for overlap in (False, True):
+        llm = tiny_llm(path, page_size=ps, max_prefill_tokens=budget, overlap=overlap)
+        outs[overlap] = run(llm.scheduler, prompts)
+        assert all(len(o) == SP.max_tokens for o in outs[overlap])
+        assert_clean(llm)
+    assert outs[True] == outs[False]
+
+
+def test_overlap_stops_on_eos_like_normal(path):
+    prompts = mixed_prompts(1)
+    ref = run(tiny_llm(path).scheduler, prompts)
+    eos = ref[0][3]  # a token the first request produces mid-way: call it EOS
+    expect = [o[: o.index(eos) + 1] if eos in o else o for o in ref]
+    for overlap in (False, True):
+        llm = tiny_llm(path, overlap=overlap)
+        llm.scheduler.eos = {eos}
+        got = run(llm.scheduler, prompts, SamplingParams(max_tokens=10))
+        assert got == expect  # the overlap loop drops the token computed after EOS
+        assert_clean(llm)
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+@pytest.mark.parametrize("ps", [1, 4])
+def test_aborts_free_everything(path, ps, overlap):
+    prompts = mixed_prompts(2)
+    ref = run(tiny_llm(path, page_size=ps).scheduler, prompts)
+    llm = tiny_llm(path, page_size=ps, max_prefill_tokens=16, overlap=overlap, max_running_reqs=4)
+    s = llm.scheduler
+    reqs = [s.add_request(i, p, SP) for i, p in enumerate(prompts)]
+    victims = {}
+    pending = reqs[-1]  # waits behind the others: only 4 table rows
+    assert s.abort(pending.uid)[0].finish_reason == "abort"
+    victims[pending.uid] = "pending"
+    for _ in range(200):
+        if s.idle:
+            break
+        s.step()
+        chunked = next((r for r in s.pending if r.table_idx >= 0), None)
+        if chunked is not None and "chunked" not in victims.values():
+            assert chunked.is_chunked or chunked.cached_len < chunked.prompt_len
+            s.abort(chunked.uid)
+            victims[chunked.uid] = "chunked"
+        running = [r for r in s.running if len(r.output_ids) >= 2 and r.uid not in victims]
+        if running and "running" not in victims.values():
+            s.abort(running[0].uid)
+            victims[running[0].uid] = "running"
+        s.check_integrity()  # after every step, not only at the end
+    assert sorted(victims.values()) == ["chunked", "pending", "running"]
+    assert s.abort(pending.uid) == []  # aborting twice is a no-op
+    for r, want in zip(reqs, ref):
+        if r.uid in victims:
+            assert r.finish_reason == "abort" and r.table_idx == -1
+        else:  # the others are untouched
+            assert r.output_ids == want and r.finish_reason == "length"
+    assert_clean(llm)
+
+
+@pytest.mark.parametrize("ps", [1, 4])
+def test_small_kv_pool_waits_and_gives_same_tokens(path, ps):
+    prompts = mixed_prompts(3)
+    big = tiny_llm(path, page_size=ps)
+    small = tiny_llm(path, page_size=ps, max_total_tokens=96)  # two or three requests at a time
+    want = run(big.scheduler, prompts)
+    got = run(small.scheduler, prompts)
+    assert got == want
+    assert max(st.batch_size for st in small.scheduler.stats if st.phase == "decode") < len(prompts)
+    assert_clean(small)
+    # a second wave into the small pool must evict what the first left in the cache
+    assert small.scheduler.cache.size > 0
+    assert run(small.scheduler, prompts[::-1], first_uid=100) == want[::-1]
+    assert_clean(small)
+
+
+def test_request_that_can_never_fit_is_refused_at_once(path):
+    llm = tiny_llm(path, max_total_tokens=64)
+    s = llm.scheduler
+    with pytest.raises(ValueError, match="KV pages"):
+        s.add_request(0, list(range(60)), SamplingParams(max_tokens=10))
+    assert s.idle and not s.live
+    assert run(s, [list(range(50))], SamplingParams(max_tokens=14, ignore_eos=True))[0]  # 64 exactly fits
+    assert_clean(llm)
+    with pytest.raises(ValueError, match="already in use"):
+        s.add_request(7, [1], SP)
+        s.add_request(7, [2], SP)
+    s.abort(7)
+    with pytest.raises(ValueError, match=r"token ids must lie"):
+        s.add_request(8, [VOCAB], SP)
+    assert_clean(llm)
