@@ -6,6 +6,8 @@ kernel arguments": positions, input ids gathered from the token pool, and the ba
 from __future__ import annotations
 
 import logging
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -13,7 +15,7 @@ import torch
 
 from .attention import make_backend
 from .model import build_model, load_config
-from .paging import KVCache, PagePool, ragged_arange
+from .paging import KVCache, PagePool, ragged_arange, to_device
 from .req import Batch
 from .sampling import SamplingTensors, sample
 
@@ -56,6 +58,9 @@ class Engine:
         name = cfg.attention or ("flashinfer" if self.device.type == "cuda" else "reference")
         self.backend = make_backend(name, self.kv, self.pool, **({"num_q_heads": attn.q_heads} if name == "flashinfer" else {}))
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        # chapter 6: the forward runs on its own stream, so the scheduler's stream can prepare step N+1
+        self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.timeline: list | None = None  # set to [] to record (cpu start, cpu end, gpu start, gpu end) per step
         self.graphs = None
         if self.device.type != "cuda" or cfg.cuda_graph_max_bs <= 0:
             log.info("CUDA graphs off: %s", "no CUDA device" if self.device.type != "cuda" else "--cuda-graph-max-bs 0")
@@ -80,17 +85,62 @@ class Engine:
         cached = np.fromiter((r.cached_len for r in reqs), np.int64, len(reqs))
         ext = np.fromiter((r.extend_len for r in reqs), np.int64, len(reqs))
         rows = np.repeat(np.fromiter((r.table_idx for r in reqs), np.int64, len(reqs)), ext)
-        to_dev = lambda a: torch.from_numpy(a).to(self.device, non_blocking=True)
+        to_dev = lambda a: to_device(a, self.device)
         batch.positions = to_dev(ragged_arange(cached, ext))
         batch.input_ids = self.pool.token_pool[to_dev(rows), batch.positions]
         batch.sample_rows = [i for i, r in enumerate(reqs) if not r.is_chunked]
         self.backend.prepare(batch)
 
+    @contextmanager
+    def on_stream(self, wait: bool = True):
+        """Run the enclosed work on the engine stream, after what the caller's stream queued so far.
+        wait=True: the caller's stream then waits for it (GPU-side; the CPU never blocks here)."""
+        if self.stream is None:
+            yield
+            return
+        caller = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(caller)  # out_loc and page-table writes of the scheduler stream come first
+        with torch.cuda.stream(self.stream):
+            yield
+        if wait:
+            caller.wait_stream(self.stream)
+
     @torch.inference_mode()
-    def forward(self, batch: Batch) -> torch.Tensor:
-        """Run one step; return the sampled tokens of `batch.sample_rows` (also written to the token pool)."""
-        self.prepare(batch)
-        if self.graphs is not None and self.graphs.can_run(batch):
+    def forward(self, batch: Batch, wait: bool = True) -> torch.Tensor:
+        """Run one step; return the sampled tokens of `batch.sample_rows` (also written to the token pool).
+
+        On CUDA the step runs on `self.stream`; with wait=False the tokens are only safe to read
+        through `to_host()` (the overlap loop), with wait=True on the caller's stream too."""
+        with self.on_stream(wait):
+            t0 = time.perf_counter()
+            ev = self._event() if self.timeline is not None else None
+            tokens = self._forward(batch)
+            if self.timeline is not None:
+                self.timeline.append((t0, time.perf_counter(), ev, self._event()))
+        if wait and self.stream is not None:
+            tokens.record_stream(torch.cuda.current_stream(self.device))  # used there: not reused before
+        return tokens
+
+    def _event(self) -> torch.cuda.Event:
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def to_host(self, tokens: torch.Tensor):
+        """Start copying step N's tokens to the host; return (host tensor, copy-done event or None)."""
+        if self.stream is None:
+            return tokens, None
+        with torch.cuda.stream(self.stream):
+            host = tokens.to("cpu", non_blocking=True)
+            event = torch.cuda.Event()
+            event.record()
+        return host, event
+
+    def _forward(self, batch: Batch) -> torch.Tensor:
+        use_graph = self.graphs is not None and self.graphs.can_run(batch)
+        batch.padded_size = self.graphs.padded_size(batch.size) if use_graph else 0
+        self.prepare(batch)  # with padded_size set, the backend plans the graph's wrapper
+        if use_graph:
             h = self.graphs.replay(batch)
         else:
             h = self.model(batch.input_ids, batch.positions, self.backend, batch)
@@ -98,9 +148,9 @@ class Engine:
             return torch.zeros(0, dtype=torch.int32, device=self.device)
         sampled = [batch.reqs[i] for i in batch.sample_rows]
         last = np.cumsum([r.extend_len for r in batch.reqs]) - 1  # each request's last new token
-        logits = self.model.logits(h[torch.from_numpy(last[batch.sample_rows]).to(self.device)])
+        logits = self.model.logits(h[to_device(last[batch.sample_rows], self.device)])
         tokens = sample(logits, SamplingTensors.from_reqs(sampled, self.vocab_size, self.device), self.generator)
-        rows = torch.tensor([r.table_idx for r in sampled], device=self.device)
-        pos = torch.tensor([r.device_len for r in sampled], device=self.device)
+        rows = to_device(np.array([r.table_idx for r in sampled], np.int64), self.device)
+        pos = to_device(np.array([r.device_len for r in sampled], np.int64), self.device)
         self.pool.token_pool[rows, pos] = tokens  # step N+1 reads its input ids from here
         return tokens

@@ -25,6 +25,18 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    """Host array -> device tensor without stalling the CPU: through pinned memory, non-blocking.
+
+    A copy from ordinary (pageable) memory may make the CPU wait for the stream; the overlap loop
+    (chapter 6) needs every copy inside a step to be asynchronous.
+    """
+    t = torch.from_numpy(np.ascontiguousarray(a))
+    if torch.device(device).type != "cuda":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)  # the caching host allocator reuses the buffer safely
+
+
 def ragged_arange(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     """concat(arange(s, s + n) for s, n in zip(starts, lens)), without a Python loop."""
     total = int(lens.sum())
@@ -124,7 +136,7 @@ class PagePool:
         is_new = lp >= np.repeat(first_new, ext)
         order = np.repeat(np.cumsum(new_pages) - new_pages - first_new, ext) + lp  # index into `pages`
         pages = self.take_pages(int(new_pages.sum()))
-        to_dev = lambda a: torch.from_numpy(a).to(self.device, non_blocking=True)
+        to_dev = lambda a: to_device(a, self.device)
         rows_t, pos_t = to_dev(rows), to_dev(pos)
         loc = torch.empty(len(pos), dtype=torch.int32, device=self.device)
         if is_new.all():  # the common case (always, when page_size == 1)

@@ -28,7 +28,8 @@ class SamplingTensors:
         seeds = [(i, (r.sampling.seed * 1_000_003 + r.device_len) % (1 << 63))
                  for i, r in enumerate(reqs) if r.sampling.seed is not None and r.sampling.temperature > 0]
         needs_filter = any(q.top_k > 0 or q.top_p < 1 for q in sp if q.temperature > 0)
-        dev = lambda x: x.to(device, non_blocking=True)
+        pinned = torch.device(device).type == "cuda"  # pinned + non-blocking: no host sync inside the step
+        dev = lambda x: (x.pin_memory() if pinned else x).to(device, non_blocking=True)
         return SamplingTensors(dev(t), dev(k), dev(p), all_greedy, needs_filter, seeds)
 
 

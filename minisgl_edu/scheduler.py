@@ -7,12 +7,18 @@ the device computes: the ledger is advanced at launch time (`complete_one`) and 
 input ids are read from the token pool on the device, so no host round trip sits between steps.
 
 The price: a request that stops on EOS in step N is already part of step N+1. Its extra token is
-dropped, and it is freed exactly once (`finish_reason` is set when it is freed).
+dropped, and it is freed exactly once (`finish_reason` is set when it is freed). Its page-table
+row is handed out again only after step N+1 is done, since step N+1 still writes its token there.
+
+On CUDA the loop uses two streams: the scheduler's stream (slot assignment, page-table writes)
+and the engine's stream (the forward). The CPU never waits inside a step except on the copy-done
+event of the step before.
 """
 from __future__ import annotations
 
 import logging
 from collections import deque
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -57,6 +63,9 @@ class Scheduler:
         self.running: list[Req] = []  # decoding
         self.live: dict[int, Req] = {}  # every request not yet finished, by uid
         self.in_flight = None  # overlap: (batch, tokens on their way to the host, copy-done event)
+        self.deferred_rows: list[int] = []  # overlap: rows of requests the in-flight step still writes
+        cuda = engine.device.type == "cuda"
+        self.stream = torch.cuda.Stream(engine.device) if cuda and overlap else None  # the scheduler stream
         self.stats: list[StepStats] = []
         self.evicted_tokens = 0
 
@@ -122,7 +131,7 @@ class Scheduler:
         hit = sum(r.matched_len for r in batch.reqs if r.cached_len == r.matched_len) if batch.is_prefill else 0
         self.stats.append(StepStats(batch.phase, batch.size, sum(r.extend_len for r in batch.reqs), hit))
         batch.out_loc = self.pool.assign_locations(batch.reqs)
-        tokens = self.engine.forward(batch)
+        tokens = self.engine.forward(batch, wait=False) if self.overlap else self.engine.forward(batch)
         for req in batch.reqs:
             if req.is_chunked:
                 req.cached_len = req.device_len
@@ -165,7 +174,10 @@ class Scheduler:
         self.pool.free(self.pool.page_table[row, req.matched_len:present])  # our copies of what was cached
         self.pool.free_tail(req, max(aligned, present))
         self.cache.unlock(req.cache_handle)
-        self.pool.release_row(row)
+        if self.in_flight is not None:  # the step in flight writes this row's next token: reuse it later
+            self.deferred_rows.append(row)
+        else:
+            self.pool.release_row(row)
         req.table_idx = -1
 
     # ---- the loop ------------------------------------------------------------------------------
@@ -176,24 +188,23 @@ class Scheduler:
             if batch is None:
                 return []
             return self.process(batch, self.launch(batch).tolist())
-        batch = self.schedule()
-        launched = None
-        if batch is not None:
-            tokens = self.launch(batch)
-            host = tokens.to("cpu", non_blocking=True)
-            event = None
-            if tokens.is_cuda:
-                event = torch.cuda.Event()
-                event.record()
-            launched = (batch, host, event)
-        out = []
-        if self.in_flight is not None:
-            prev, host_prev, event_prev = self.in_flight
+        with torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():
+            batch = self.schedule()
+            launched = None
+            if batch is not None:
+                tokens = self.launch(batch)  # step N+1 is queued on the engine stream
+                host, event = self.engine.to_host(tokens)  # its tokens start their way to the host
+                launched = (batch, host, event)
+            prev, self.in_flight = self.in_flight, launched
+            if prev is None:
+                return []
+            batch_prev, host_prev, event_prev = prev
             if event_prev is not None:
-                event_prev.synchronize()  # the copy-done event guards the CPU read
-            out = self.process(prev, host_prev.tolist())
-        self.in_flight = launched
-        return out
+                event_prev.synchronize()  # the copy-done event guards the CPU read (the only wait)
+            for row in self.deferred_rows:  # step N, the last to write these rows, is done
+                self.pool.release_row(row)
+            self.deferred_rows.clear()
+            return self.process(batch_prev, host_prev.tolist())
 
     # ---- integrity -----------------------------------------------------------------------------
     def check_integrity(self) -> None:
@@ -208,4 +219,5 @@ class Scheduler:
             f"page leak: {self.pool.num_free_pages} free + {len(cached)} cached + {sum(map(len, held))} held != {self.pool.num_pages}"
         assert len(torch.unique(pages)) == len(pages), "a page is counted twice"
         rows_in_use = sum(r.table_idx >= 0 for r in self.live.values())
-        assert len(self.pool.free_rows) + rows_in_use == self.pool.dummy_row, "page-table row leak"
+        assert len(self.pool.free_rows) + len(self.deferred_rows) + rows_in_use == self.pool.dummy_row, \
+            "page-table row leak"
