@@ -19,10 +19,18 @@ def one_thread():
     torch.set_num_threads(n)
 
 
-def tiny_model_dir(root: str, vocab: int = VOCAB, max_positions: int = 256) -> str:
-    """Write a config-only Llama folder (2 layers, hidden 32, GQA 4:2) under `root`; return its path."""
+def tiny_model_dir(root: str, vocab: int = VOCAB, max_positions: int = 256, tokenizer_from: str | None = None) -> str:
+    """Write a config-only Llama folder (2 layers, hidden 32, GQA 4:2) under `root`; return its path.
+    With `tokenizer_from`, copy that model's tokenizer and chat template in (vocab must match it)."""
+    import shutil
+
     from transformers import LlamaConfig
-    path = os.path.join(root, "tiny-llama")
+    path = os.path.join(root, f"tiny-llama-{vocab}-{max_positions}")
+    if tokenizer_from and not os.path.exists(os.path.join(path, "tokenizer.json")):
+        os.makedirs(path, exist_ok=True)
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"):
+            if os.path.exists(os.path.join(tokenizer_from, name)):
+                shutil.copy(os.path.join(tokenizer_from, name), path)
     if not os.path.exists(os.path.join(path, "config.json")):
         LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
