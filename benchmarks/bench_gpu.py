@@ -1,0 +1,253 @@
+"""GPU benchmarks P1-P4 on the Qwen3-0.6B architecture with dummy weights (bf16).
+
+    python benchmarks/bench_gpu.py [p1] [p2] [p4] [--baseline hf]
+
+P1  offline throughput on the anchors' workload, next to its memory floor
+P2  decode step time at batch 1, 8, 64, 256 (context ~1k), eager vs CUDA graph, next to the floor
+    (P3 is the same table read at batch 1: graph vs eager and vs floor)
+P4  overlap scheduling on vs off at batch 64: throughput and GPU idle share between steps
+
+Each prints a table, appends rows to benchmarks/results.json and rewrites benchmarks/RESULTS.md's
+generated table (the text around it is kept).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from minisgl_edu import LLM, SamplingParams  # noqa: E402
+from minisgl_edu.bench import (anchors_workload, copy_bandwidth, decode_floor_s, kv_bytes_per_token,  # noqa: E402
+                               time_steps, timeline_stats, weight_bytes)
+from minisgl_edu.req import Batch, Req  # noqa: E402
+from minisgl_edu.scheduler import Scheduler  # noqa: E402
+
+QWEN = str(ROOT / "benchmarks" / "configs" / "qwen3-0.6b")
+RESULTS = ROOT / "benchmarks" / "results.json"
+HF_MEASURED = 670.0  # tok/s: transformers generate, one padded batch of all 256 requests, on the H200 (issue 4)
+
+
+def commit() -> str:
+    c = os.environ.get("MINISGL_COMMIT")
+    if c:
+        return c
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, text=True).strip()
+    except Exception:
+        return "unknown"
+
+
+def hardware() -> str:
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+
+
+ROWS: list[dict] = []
+
+
+def record(metric: str, value: float, unit: str, ratio: float | None = None, note: str = "") -> None:
+    row = dict(metric=metric, value=round(value, 4), unit=unit, ratio=None if ratio is None else round(ratio, 3),
+               hardware=hardware(), date=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               commit=commit(), command="python benchmarks/bench_gpu.py " + " ".join(sys.argv[1:]), note=note)
+    ROWS.append(row)
+    print(f"  {metric:<40s} {value:>12.4g} {unit:<8s} ratio={row['ratio']}  {note}", flush=True)
+
+
+def fresh_scheduler(llm: LLM, overlap: bool) -> Scheduler:
+    """A new scheduler over the same engine; the old one's prefix cache hands its pages back first."""
+    old = llm.scheduler
+    llm.engine.pool.free(old.cache.evict(old.cache.evictable_size))
+    llm.scheduler = Scheduler(llm.engine, old.max_prefill_tokens, "radix", overlap, tuple(old.eos))
+    return llm.scheduler
+
+
+# ---- P1 -----------------------------------------------------------------------------------------
+def p1(llm: LLM, bw: float) -> None:
+    print("\nP1 offline throughput, anchors' workload (256 requests, ignore_eos)", flush=True)
+    prompts, out_lens = anchors_workload()
+    params = [SamplingParams(max_tokens=o, ignore_eos=True) for o in out_lens]
+    llm.generate(prompts[:8], SamplingParams(max_tokens=32, ignore_eos=True), use_tqdm=False)  # warm-up
+    fresh_scheduler(llm, overlap=True)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    outs = llm.generate(prompts, params, use_tqdm=False)
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t
+    tokens = sum(len(o["token_ids"]) for o in outs)
+    assert tokens == sum(out_lens) == 133966, tokens
+    eng = llm.engine
+    floor = decode_floor_s([len(p) for p in prompts], out_lens, weight_bytes(eng.model), kv_bytes_per_token(eng), bw)
+    steps = llm.scheduler.stats
+    record("p1_offline_throughput", tokens / dt, "tok/s", (tokens / dt) / (tokens / floor),
+           f"{tokens} tokens in {dt:.2f} s; ratio = share of the memory floor's throughput; "
+           f"{sum(s.phase == 'prefill' for s in steps)} prefill + {sum(s.phase == 'decode' for s in steps)} decode steps")
+    record("p1_memory_floor", tokens / floor, "tok/s", None, f"{floor:.2f} s at {bw / 1e12:.2f} TB/s copy bandwidth")
+    record("p1_vs_transformers", (tokens / dt) / HF_MEASURED, "x", None,
+           f"against {HF_MEASURED:.0f} tok/s measured earlier on the H200 (not re-run: --baseline hf)")
+
+
+def p1_hf_baseline() -> None:
+    """transformers generate, one padded static batch of all 256 requests (~200 s on the H200)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+    prompts, out_lens = anchors_workload()
+    cfg = AutoConfig.from_pretrained(QWEN)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.bfloat16).cuda().eval()
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), 0, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):  # left padding
+        ids[i, width - len(p):], mask[i, width - len(p):] = torch.tensor(p), 1
+    t = time.perf_counter()
+    with torch.no_grad():
+        model.generate(ids.cuda(), attention_mask=mask.cuda(), max_new_tokens=max(out_lens), min_new_tokens=max(out_lens),
+                       do_sample=False, pad_token_id=0)
+    torch.cuda.synchronize()
+    dt = time.perf_counter() - t
+    record("p1_transformers_baseline", sum(out_lens) / dt, "tok/s", None,
+           f"useful tokens {sum(out_lens)} in {dt:.1f} s (padded batch runs to the longest output)")
+
+
+# ---- P2 / P3 ------------------------------------------------------------------------------------
+def make_decode_batch(engine, bs: int, ctx: int, seed: int) -> Batch:
+    """bs requests with ctx-token prompts, prefilled through the engine; return their first decode batch."""
+    g = torch.Generator().manual_seed(seed)
+    pool = engine.pool
+    reqs = []
+    for i in range(bs):
+        r = Req(10_000 + i, torch.randint(0, min(10000, engine.vocab_size), (ctx,), generator=g).tolist(), SamplingParams(max_tokens=64))
+        r.table_idx, r.device_len = pool.take_row(), ctx
+        pool.token_pool[r.table_idx, :ctx] = torch.tensor(r.token_ids, dtype=torch.int32)
+        reqs.append(r)
+    per = max(1, 8192 // ctx)
+    for i in range(0, bs, per):  # prefill in token-budget-sized groups
+        b = Batch(reqs[i:i + per], "prefill")
+        b.out_loc = pool.assign_locations(b.reqs)
+        engine.forward(b)
+    for r in reqs:
+        r.complete_one()
+    batch = Batch(reqs, "decode")
+    batch.out_loc = pool.assign_locations(reqs)
+    return batch
+
+
+def release(engine, batch: Batch) -> None:
+    pool = engine.pool
+    for r in batch.reqs:
+        pool.free(pool.page_table[r.table_idx, : -(-r.device_len // pool.page_size) * pool.page_size])
+        pool.release_row(r.table_idx)
+
+
+def p2(llm: LLM, bw: float) -> None:
+    print("\nP2/P3 decode step time, context ~1k, eager vs CUDA graph", flush=True)
+    eng = llm.engine
+    fresh_scheduler(llm, overlap=True)
+    w, kvt, ctx = weight_bytes(eng.model), kv_bytes_per_token(eng), 1024
+    graphs = eng.graphs
+    table = []
+    for bs in (1, 8, 64, 256):
+        batch = make_decode_batch(eng, bs, ctx, seed=bs)
+        floor = (w + bs * (ctx + 1) * kvt) / bw
+        eng.graphs = None
+        eager = time_steps(lambda: eng.forward(batch), iters=30)
+        eng.graphs = graphs
+        graph = time_steps(lambda: eng.forward(batch), iters=100)
+        release(eng, batch)
+        table.append((bs, eager, graph, floor))
+        record(f"p2_decode_step_bs{bs}_eager", eager * 1e3, "ms", eager / floor, "ratio = time / memory floor")
+        record(f"p2_decode_step_bs{bs}_graph", graph * 1e3, "ms", graph / floor, "ratio = time / memory floor")
+        record(f"p2_decode_floor_bs{bs}", floor * 1e3, "ms", None, f"(weights {w / 1e9:.2f} GB + KV) / {bw / 1e12:.2f} TB/s")
+    bs1 = table[0]
+    record("p3_bs1_graph_speedup_vs_eager", bs1[1] / bs1[2], "x", None, "eager step time / graph step time at batch 1")
+    print(f"\n  {'bs':>4} {'eager ms':>10} {'graph ms':>10} {'floor ms':>10} {'graph/floor':>12} {'eager/graph':>12}")
+    for bs, e, g, f in table:
+        print(f"  {bs:>4} {e * 1e3:>10.3f} {g * 1e3:>10.3f} {f * 1e3:>10.3f} {g / f:>12.2f} {e / g:>12.2f}")
+
+
+# ---- P4 -----------------------------------------------------------------------------------------
+def p4(llm: LLM) -> None:
+    print("\nP4 overlap scheduling on vs off, batch 64 (512-token prompts, 512 output tokens)", flush=True)
+    import random
+    rnd = random.Random(4)
+    prompts = [[rnd.randint(0, 10000) for _ in range(512)] for _ in range(64)]
+    params = SamplingParams(max_tokens=512, ignore_eos=True)
+    res = {}
+    for overlap in (False, True, False, True):  # twice each: the second pair is the one reported
+        sched = fresh_scheduler(llm, overlap)
+        llm.engine.timeline = []
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t
+        first_decode = next(i for i, s in enumerate(sched.stats) if s.phase == "decode")
+        st = timeline_stats(llm.engine.timeline, first_decode)
+        res[overlap] = (sum(len(o["token_ids"]) for o in outs) / dt, st, dt)
+        llm.engine.timeline = None
+    (off, st_off, _), (on, st_on, _) = res[False], res[True]
+    record("p4_throughput_overlap_off", off, "tok/s", None, f"GPU idle share {st_off.idle_share:.1%}")
+    record("p4_throughput_overlap_on", on, "tok/s", on / off, "ratio = on / off")
+    record("p4_gpu_idle_share_overlap_off", 100 * st_off.idle_share, "%", None,
+           f"median gap {np.median(st_off.gap_ms) * 1e3:.0f} us, median step {np.median(st_off.step_gpu_ms):.3f} ms")
+    record("p4_gpu_idle_share_overlap_on", 100 * st_on.idle_share, "%", None,
+           f"median gap {np.median(st_on.gap_ms) * 1e3:.0f} us, median step {np.median(st_on.step_gpu_ms):.3f} ms")
+
+
+# ---- output -------------------------------------------------------------------------------------
+def write_results() -> None:
+    old = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+    RESULTS.write_text(json.dumps(old + ROWS, indent=1) + "\n")
+    md = ROOT / "benchmarks" / "RESULTS.md"
+    latest = {}
+    for r in old + ROWS:
+        if r["hardware"] != "cpu" and r["metric"].startswith(("p1", "p2", "p3", "p4", "copy_bandwidth")):
+            latest[r["metric"]] = r
+    lines = ["<!-- gpu-table:start (generated by benchmarks/bench_gpu.py from results.json) -->",
+             "| metric | value | unit | ratio | hardware | date | commit |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in latest.values():
+        lines.append(f"| {r['metric']} | {r['value']:.4g} | {r['unit']} | {'' if r['ratio'] is None else r['ratio']} | "
+                     f"{r['hardware']} | {r['date']} | {r['commit']} |")
+    lines.append("<!-- gpu-table:end -->")
+    text = md.read_text() if md.exists() else "# Benchmark results\n\n"
+    start, end = text.find("<!-- gpu-table:start"), text.find("<!-- gpu-table:end -->")
+    block = "\n".join(lines)
+    text = text[:start] + block + text[end + len("<!-- gpu-table:end -->"):] if start >= 0 <= end else text + "\n" + block + "\n"
+    md.write_text(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("parts", nargs="*", default=["p1", "p2", "p4"])
+    ap.add_argument("--baseline", choices=["hf"], default=None, help="re-measure transformers generate (~200 s)")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    bw = copy_bandwidth()
+    record("copy_bandwidth", bw / 1e12, "TB/s", None, "device-to-device copy of 2 GiB, read + write bytes, median of 10")
+    llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=256, cuda_graph_max_bs=256)
+    print(f"weights {weight_bytes(llm.engine.model) / 1e9:.3f} GB, KV {kv_bytes_per_token(llm.engine)} B/token, "
+          f"pool {llm.engine.pool.num_pages * llm.engine.pool.page_size} tokens", flush=True)
+    try:
+        if "p1" in args.parts:
+            p1(llm, bw)
+        if "p2" in args.parts:
+            p2(llm, bw)
+        if "p4" in args.parts:
+            p4(llm)
+        if args.baseline == "hf":
+            del llm
+            torch.cuda.empty_cache()
+            p1_hf_baseline()
+    finally:
+        write_results()
+
+
+if __name__ == "__main__":
+    main()

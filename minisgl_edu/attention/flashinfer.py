@@ -1,0 +1,127 @@
+"""Chapter 7 — From the ledger to kernel arguments: what exactly does the attention kernel read?
+
+The scheduler speaks in ledgers (`cached_len`, `device_len`, a page-table row per request); a
+FlashInfer kernel speaks in flat arrays. `kernel_args()` is the translation, done once per step:
+
+    cu_seqlens_q[i+1] - cu_seqlens_q[i] = extend_len of request i   (its rows in the batch of new tokens)
+    cu_seqlens_k[i+1] - cu_seqlens_k[i] = device_len of request i   (how many keys it attends to)
+    kv_indices[cu_seqlens_k[i] + p]     = page_table[table_idx_i, p] (the slot holding position p)
+
+Because the page table stores a raw slot per position (chapter 4), the kernel is told that every
+page holds one token (`page_size=1`), whatever page size the allocator uses. Positions and
+`out_loc` come from `Engine.prepare` and `PagePool.assign_locations`.
+
+A CUDA-graph decode batch is *padded* to a captured size: each padding lane is a request of one
+token in the dummy row, whose table entries point only at the dummy page, so a padding lane writes
+and reads nothing but the dummy page.
+
+`FlashInferBackend` plans one wrapper per step (the prefill wrapper for prefill/extend, the decode
+wrapper or a graph's own decode wrapper for decode) and runs it in every layer over a page_size-1
+view of the same KV pool the reference backend uses.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..paging import PagePool
+from ..req import Batch, Req
+from .base import AttentionBackend
+
+CUDA_CORE_GROUP_SIZES = (1, 2, 3, 4, 8)  # GQA group sizes FlashInfer's CUDA-core decode kernel is built for
+
+
+@dataclass
+class KernelArgs:
+    """Everything the kernel reads about a batch, built from the ledger (one per step)."""
+    cu_seqlens_q: torch.Tensor  # [B+1] int32, host: prefix sums of extend_len
+    cu_seqlens_k: torch.Tensor  # [B+1] int32, host: prefix sums of device_len (the KV indptr)
+    seq_lens_k: torch.Tensor  # [B] int32, host: device_len per request
+    kv_indices: torch.Tensor  # [cu_seqlens_k[-1]] int32, device: slot of every (request, position)
+    last_page_len: torch.Tensor  # [B] int32, host: all ones, every "page" holds one token
+    num_padding: int  # lanes added to reach a captured CUDA-graph size (dummy requests)
+
+
+def _host(a: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host int32 tensor, pinned when a GPU will read it (planning copies it without a sync)."""
+    t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32))
+    return t.pin_memory() if device.type == "cuda" else t
+
+
+def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0) -> KernelArgs:
+    """Translate the ledgers of `reqs` (plus padding lanes up to `padded_size`) into kernel arguments."""
+    dev = pool.device
+    pads = max(0, padded_size - len(reqs))
+    rows = np.array([r.table_idx for r in reqs] + [pool.dummy_row] * pads, np.int64)
+    ext = np.array([r.extend_len for r in reqs] + [1] * pads, np.int64)  # a padding lane: one query token
+    kv_len = np.array([r.device_len for r in reqs] + [1] * pads, np.int64)  # ... attending to one key
+    cu_q = np.concatenate([[0], np.cumsum(ext)])
+    cu_k = np.concatenate([[0], np.cumsum(kv_len)])
+    total = int(cu_k[-1])
+    # gather the slots on the device from B-sized inputs (not a copy of every index from the host)
+    from ..paging import to_device
+    lens_t, rows_t, starts_t = to_device(kv_len, dev), to_device(rows, dev), to_device(cu_k[:-1], dev)
+    row_of = torch.repeat_interleave(rows_t, lens_t, output_size=total)
+    pos = torch.arange(total, device=dev) - torch.repeat_interleave(starts_t, lens_t, output_size=total)
+    kv_indices = pool.page_table[row_of, pos]
+    return KernelArgs(_host(cu_q, dev), _host(cu_k, dev), _host(kv_len, dev), kv_indices,
+                      _host(np.ones(len(rows)), dev), pads)
+
+
+@dataclass
+class FIMetadata:
+    wrapper: Any  # the planned FlashInfer wrapper every layer runs this step
+    args: KernelArgs
+
+
+class FlashInferBackend(AttentionBackend):
+    def __init__(self, kv, pool, num_q_heads: int, workspace_bytes: int = 128 << 20):
+        super().__init__(kv, pool)
+        import flashinfer  # GPU only: the CPU path never imports it
+        self.fi = flashinfer
+        _, _, self.kv_heads, self.head_dim = kv.k.shape
+        self.q_heads, self.dtype = num_q_heads, kv.k.dtype
+        dev = kv.k.device
+        self.workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=dev)  # one, shared by all wrappers
+        self.use_tensor_cores = num_q_heads // self.kv_heads not in CUDA_CORE_GROUP_SIZES
+        self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD", backend="fa2")
+        self.decode_wrapper = self._decode_wrapper()
+        self.graph_wrappers: dict[int, Any] = {}  # captured batch size -> its decode wrapper (graphs.py)
+        # page_size-1 view of each layer: [slots, 1 token per page, kv_heads, head_dim]
+        self.pages = [(kv.k[i].unsqueeze(1), kv.v[i].unsqueeze(1)) for i in range(kv.k.shape[0])]
+
+    def _decode_wrapper(self, bs: int = 0, indices_buf: torch.Tensor | None = None):
+        if not bs:
+            return self.fi.BatchDecodeWithPagedKVCacheWrapper(
+                self.workspace, "NHD", use_tensor_cores=self.use_tensor_cores, backend="fa2")
+        dev = self.workspace.device
+        return self.fi.BatchDecodeWithPagedKVCacheWrapper(
+            self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.use_tensor_cores,
+            paged_kv_indptr_buffer=torch.zeros(bs + 1, dtype=torch.int32, device=dev),
+            paged_kv_indices_buffer=indices_buf,
+            paged_kv_last_page_len_buffer=torch.ones(bs, dtype=torch.int32, device=dev), backend="fa2")
+
+    def add_graph_wrapper(self, bs: int, indices_buf: torch.Tensor) -> None:
+        """A decode wrapper with fixed buffers for a graph of batch size `bs` (planned before each replay)."""
+        self.graph_wrappers[bs] = self._decode_wrapper(bs, indices_buf)
+
+    def prepare(self, batch: Batch) -> None:
+        args = kernel_args(batch.reqs, self.pool, batch.padded_size)
+        common = dict(num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=1,
+                      q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True)
+        if batch.is_prefill:
+            w = self.prefill_wrapper
+            w.plan(args.cu_seqlens_q, args.cu_seqlens_k, args.kv_indices, args.last_page_len,
+                   head_dim_qk=self.head_dim, causal=True, seq_lens=args.seq_lens_k, **common)
+        else:
+            w = self.graph_wrappers.get(batch.padded_size) or self.decode_wrapper
+            w.plan(args.cu_seqlens_k, args.kv_indices, args.last_page_len, head_dim=self.head_dim,
+                   seq_lens=args.seq_lens_k, **common)
+        batch.attn_metadata = FIMetadata(w, args)
+
+    def forward(self, q, k, v, layer, batch):
+        self.kv.store(layer, batch.out_loc, k, v)
+        return batch.attn_metadata.wrapper.run(q, self.pages[layer])

@@ -1,0 +1,110 @@
+"""Measuring the engine (chapters 6 and 7): workloads, the memory floor, and step timelines.
+
+A decode step must at least read every weight once and the K/V of every running request once, so
+its time is bounded below by
+
+    floor = (weight bytes + KV bytes read) / copy bandwidth
+
+with the copy bandwidth measured on the same device in the same run. Benchmarks report measured
+time next to that floor (`benchmarks/bench_gpu.py`); notebooks 06 and 07 use the same helpers.
+"""
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+
+def anchors_workload(n: int = 256, seed: int = 0) -> tuple[list[list[int]], list[int]]:
+    """The anchors' offline workload: n prompts of randint(100, 1024) tokens drawn from randint(0, 10000),
+    then n output lengths randint(100, 1024), all from one `random.seed(seed)`."""
+    random.seed(seed)
+    prompts = [[random.randint(0, 10000) for _ in range(random.randint(100, 1024))] for _ in range(n)]
+    outputs = [random.randint(100, 1024) for _ in range(n)]
+    return prompts, outputs
+
+
+def copy_bandwidth(device: torch.device | str = "cuda", nbytes: int = 2 << 30, iters: int = 10) -> float:
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read + bytes written (median of `iters`)."""
+    x = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()  # not zeros
+    y = torch.empty_like(x)
+    y.copy_(x)
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        y.copy_(x)
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    del x, y
+    torch.cuda.empty_cache()  # give the 4 GiB back: the KV pool is sized from free memory
+    return 2 * nbytes / statistics.median(times)
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """Bytes of every distinct parameter (a tied embedding / LM head counts once: it is read once, by the head)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def kv_bytes_per_token(engine) -> int:
+    k = engine.kv.k
+    return 2 * k.shape[0] * k.shape[2] * k.shape[3] * k.element_size()  # K and V, every layer
+
+
+def decode_floor_s(prompt_lens: list[int], output_lens: list[int], w_bytes: int, kv_tok: int, bw: float) -> float:
+    """Memory floor of every decode step of a workload run all at once: the step that produces output
+    token j (j >= 2; token 1 comes from the prefill) reads the weights and, for each request still
+    running, the K/V of its prompt_len + j - 1 positions."""
+    total = 0
+    for j in range(2, max(output_lens) + 1):
+        kv_tokens = sum(p + j - 1 for p, o in zip(prompt_lens, output_lens) if o >= j)
+        total += w_bytes + kv_tokens * kv_tok
+    return total / bw
+
+
+@dataclass
+class TimelineStats:
+    steps: int
+    gpu_busy_s: float
+    gpu_span_s: float
+    idle_share: float  # share of the span (first step start .. last step end) with no step on the GPU
+    step_gpu_ms: list[float]
+    gap_ms: list[float]  # GPU idle before each step (after the first)
+
+
+def timeline_stats(timeline: list, first: int = 0) -> TimelineStats:
+    """From Engine.timeline [(cpu t0, cpu t1, gpu start event, gpu end event)], steps first.. (synchronize first)."""
+    tl = timeline[first:]
+    step = [a.elapsed_time(b) for _, _, a, b in tl]
+    gaps = [max(0.0, tl[i][3].elapsed_time(tl[i + 1][2])) for i in range(len(tl) - 1)]
+    span = tl[0][2].elapsed_time(tl[-1][3])
+    return TimelineStats(len(tl), sum(step) / 1e3, span / 1e3, sum(gaps) / span if span > 0 else 0.0, step, gaps)
+
+
+def aligned_timeline(timeline: list) -> list[tuple[float, float, float, float]]:
+    """(cpu start, cpu end, gpu start, gpu end) per step, all in seconds from the first step's CPU start.
+    GPU times are placed on the CPU clock through the first GPU start (an approximation for plots)."""
+    torch.cuda.synchronize()
+    c0, g0 = timeline[0][0], timeline[0][2]
+    out = []
+    for t0, t1, a, b in timeline:
+        gs = g0.elapsed_time(a) / 1e3
+        out.append((t0 - c0, t1 - c0, gs, gs + a.elapsed_time(b) / 1e3))
+    return out
+
+
+def time_steps(fn, iters: int = 50, warmup: int = 5, sync=None) -> float:
+    """Seconds per call of `fn` back to back (CPU launch costs included), one synchronize at the end."""
+    sync = sync or (torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None))
+    for _ in range(warmup):
+        fn()
+    sync()
+    t = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    sync()
+    return (time.perf_counter() - t) / iters

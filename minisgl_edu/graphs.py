@@ -1,0 +1,89 @@
+"""Chapter 7 — CUDA graphs: why replay a decode step instead of launching it?
+
+A decode step of a small batch is hundreds of tiny kernels; launching them one by one from Python
+costs more than running them. A CUDA graph records the launches once and replays them with one
+call. The price is that a graph is frozen: the same tensor addresses and the same shapes. So:
+
+* capture one graph per decode batch size in `capture_sizes()` (1, 2, 4, 8, 16, 32, 48, ... up to
+  `--cuda-graph-max-bs`), largest first, all in one shared memory pool;
+* every graph reads its inputs from the same **static buffers** (input ids, positions, out_loc)
+  and writes its hidden states to its own static output;
+* a batch is **padded** to the next captured size with dummy lanes (the dummy page-table row:
+  they write and read only the dummy page), its inputs are copied into the static buffers, the
+  attention wrapper of that size is re-planned on the host, and the graph is replayed.
+"""
+from __future__ import annotations
+
+import bisect
+import logging
+
+import torch
+
+from .req import Batch
+
+log = logging.getLogger("minisgl_edu")
+
+
+def capture_sizes(max_bs: int) -> list[int]:
+    """1, 2, 4, 8, then every multiple of 16 up to max_bs (and max_bs itself)."""
+    sizes = [s for s in (1, 2, 4, 8) if s <= max_bs] + list(range(16, max_bs + 1, 16))
+    return sorted(set(sizes + [max_bs]))
+
+
+class GraphRunner:
+    def __init__(self, engine, max_bs: int, progress: bool = True):
+        from tqdm.auto import tqdm
+        self.engine = engine
+        self.sizes = capture_sizes(min(max_bs, engine.cfg.max_running_reqs))
+        self.max_bs = self.sizes[-1]
+        pool, backend, dev = engine.pool, engine.backend, engine.device
+        self.dummy_slot = int(pool.num_pages * pool.page_size)  # first slot of the dummy page
+        # static inputs shared by every graph: a replay reads whatever was copied here
+        self.input_ids = torch.zeros(self.max_bs, dtype=torch.int32, device=dev)
+        self.positions = torch.zeros(self.max_bs, dtype=torch.int64, device=dev)
+        self.out_loc = torch.full((self.max_bs,), self.dummy_slot, dtype=torch.int32, device=dev)
+        # one KV-index buffer shared by all graph wrappers (only one replays at a time)
+        self.kv_indices = torch.zeros(self.max_bs * engine.max_seq_len, dtype=torch.int32, device=dev)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.outputs: dict[int, torch.Tensor] = {}
+        self.mempool = torch.cuda.graph_pool_handle()  # smaller graphs reuse the largest one's memory
+        stream = torch.cuda.Stream(dev)
+        free0 = torch.cuda.mem_get_info(dev)[0]
+        for bs in tqdm(sorted(self.sizes, reverse=True), desc="capture CUDA graphs", disable=not progress):
+            backend.add_graph_wrapper(bs, self.kv_indices)
+            batch = self._static_batch(bs, bs)  # all lanes are padding during capture
+            with torch.inference_mode(), torch.cuda.stream(stream):
+                backend.prepare(batch)
+                for _ in range(2):  # warm up outside the graph (lazy inits, kernel selection)
+                    engine.model(batch.input_ids, batch.positions, backend, batch)
+                stream.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g, pool=self.mempool, stream=stream):
+                    self.outputs[bs] = engine.model(batch.input_ids, batch.positions, backend, batch)
+            self.graphs[bs] = g
+        torch.cuda.synchronize(dev)
+        log.info("CUDA graphs captured for decode batch sizes %s (%.0f MiB)", self.sizes,
+                 (free0 - torch.cuda.mem_get_info(dev)[0]) / 2**20)
+
+    def _static_batch(self, bs: int, padded: int) -> Batch:
+        b = Batch([], "decode", padded_size=padded)
+        b.input_ids, b.positions, b.out_loc = self.input_ids[:padded], self.positions[:padded], self.out_loc[:padded]
+        return b
+
+    def can_run(self, batch: Batch) -> bool:
+        return not batch.is_prefill and 0 < batch.size <= self.max_bs
+
+    def padded_size(self, bs: int) -> int:
+        return self.sizes[bisect.bisect_left(self.sizes, bs)]
+
+    def replay(self, batch: Batch) -> torch.Tensor:
+        """Copy the batch into the static buffers, replay the graph of `batch.padded_size`, return [bs, hidden].
+
+        `batch.attn_metadata` must already be planned for the padded size (Engine.prepare does it)."""
+        bs, pbs = batch.size, batch.padded_size
+        self.input_ids[:bs].copy_(batch.input_ids, non_blocking=True)
+        self.positions[:bs].copy_(batch.positions, non_blocking=True)
+        self.out_loc[:bs].copy_(batch.out_loc, non_blocking=True)
+        self.out_loc[bs:pbs].fill_(self.dummy_slot)  # stale real slots here would overwrite someone's KV
+        self.graphs[pbs].replay()
+        return self.outputs[pbs][:bs]
