@@ -1,0 +1,152 @@
+"""Helpers for the notebooks (not a chapter): where did this run, and how do I look at the ledgers?
+
+Every notebook starts with `header()` so its stored outputs say which hardware, date, commit and
+torch produced them. The other helpers only *display* library state (tables, the radix tree, the
+page pool); they never change it.
+"""
+from __future__ import annotations
+
+import datetime
+import platform
+import subprocess
+from pathlib import Path
+
+import torch
+
+
+def pick_device() -> str:
+    """"cuda" when a GPU is present, else "cpu": every notebook runs on both."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=10)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def header() -> str:
+    """Print (and return) the hardware, UTC date, git commit and torch version of this run."""
+    if torch.cuda.is_available():
+        hw = f"GPU {torch.cuda.get_device_name(0)}"
+    else:
+        hw = f"CPU {_cpu_model()} ({torch.get_num_threads()} threads)"
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    text = f"hardware: {hw}\ndate:     {date}\ncommit:   {_git_commit()}\ntorch:    {torch.__version__}"
+    print(text)
+    return text
+
+
+def show_table(rows: list[dict], title: str | None = None) -> None:
+    """Print a list of dicts as an aligned text table (columns from the first row)."""
+    if title:
+        print(title)
+    if not rows:
+        print("  (empty)")
+        return
+    cols = list(rows[0])
+    cells = [[str(r.get(c, "")) for c in cols] for r in rows]
+    width = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    print("  " + "  ".join(c.rjust(w) for c, w in zip(cols, width)))
+    for row in cells:
+        print("  " + "  ".join(v.rjust(w) for v, w in zip(row, width)))
+
+
+def ledger(reqs) -> list[dict]:
+    """One row per request: the three lengths of chapter 2 and what follows from them."""
+    return [{"uid": r.uid, "cached_len": r.cached_len, "device_len": r.device_len, "extend_len": r.extend_len,
+             "max_device_len": r.max_device_len, "prompt_len": r.prompt_len, "is_chunked": r.is_chunked}
+            for r in reqs]
+
+
+def _short(values, limit: int = 8) -> str:
+    vals = [int(v) for v in values]
+    body = " ".join(map(str, vals[:limit]))
+    return f"[{body}{' ...' if len(vals) > limit else ''}]"
+
+
+def draw_tree(cache, decode=None, limit: int = 8) -> str:
+    """Render a RadixCache as indented text, print it and return it.
+
+    Each node shows its key (token ids, or `decode(ids)` when given), the KV slot locations it
+    holds, its ref count (locked when > 0) and its last access tick.
+    """
+    lines = [f"root  (evictable={cache.evictable_size}, protected={cache.protected_size})"]
+
+    def visit(node, prefix: str) -> None:
+        kids = sorted(node.children.values(), key=lambda n: [int(t) for t in n.key])
+        for i, child in enumerate(kids):
+            last = i == len(kids) - 1
+            if decode:
+                text = decode([int(t) for t in child.key])
+                key = repr(text if len(text) <= 6 * limit else text[: 3 * limit] + "…" + text[-3 * limit:])
+            else:
+                key = _short(child.key, limit)
+            lock = f"ref={child.ref_count}" + (" locked" if child.ref_count else "")
+            lines.append(f"{prefix}{'└── ' if last else '├── '}{key}  len={len(child.key)} "
+                         f"slots={_short(child.value, limit)} {lock} t={child.last_access}")
+            visit(child, prefix + ("    " if last else "│   "))
+
+    visit(cache.root, "")
+    text = "\n".join(lines)
+    print(text)
+    return text
+
+
+def page_owners(pool, reqs=(), cache=None) -> list[str]:
+    """Who holds each page of `pool`: "free", "cache", "uid N", or "" if nobody (a leak)."""
+    ps = pool.page_size
+    owner = [""] * pool.num_pages
+    for p in pool.free_pages.tolist():
+        owner[p] = "free"
+    if cache is not None and getattr(cache, "root", None) is not None:
+        for p in (cache.all_locations()[::ps] // ps).tolist():
+            owner[p] = "cache"
+    for r in reqs:
+        if r.table_idx < 0:
+            continue
+        end = -(-r.device_len // ps) * ps
+        for loc in pool.page_table[r.table_idx, r.matched_len:end:ps].tolist():
+            if owner[loc // ps] == "":
+                owner[loc // ps] = f"uid {r.uid}"
+    return owner
+
+
+def plot_pages(pool, reqs=(), cache=None, ax=None, title: str = ""):
+    """Draw one square per page coloured by its owner (see `page_owners`); return the axes."""
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    owners = page_owners(pool, reqs, cache)
+    names = sorted(set(owners), key=lambda s: (s != "free", s != "cache", s))
+    palette = plt.get_cmap("tab10")
+    colour = {n: ("#e8e8e8" if n == "free" else "#9e9e9e" if n == "cache" else palette(i % 10))
+              for i, n in enumerate(names)}
+    cols = min(32, pool.num_pages)
+    rows = -(-pool.num_pages // cols)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.28 * cols + 1.5, 0.28 * rows + 0.6))
+    for p, name in enumerate(owners):
+        ax.add_patch(plt.Rectangle((p % cols, -(p // cols)), 0.9, 0.9, color=colour[name]))
+    ax.set_xlim(-0.1, cols)
+    ax.set_ylim(-rows + 0.9, 1)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(title or f"{pool.num_pages} pages of {pool.page_size} slots")
+    ax.legend(handles=[Patch(color=colour[n], label=n or "leaked") for n in names],
+              loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
+    return ax
