@@ -1,22 +1,92 @@
-"""Chapter 9 — the full server (for now: the offline API on a demo prompt)."""
+"""Chapter 9 — the full server: `python -m minisgl_edu.serve`.
+
+    python -m minisgl_edu.serve                      # the default model on http://127.0.0.1:1919
+    python -m minisgl_edu.serve --shell              # chat in the terminal instead of HTTP
+    python -m minisgl_edu.serve --tp 3 --device cpu  # three scheduler ranks (gloo), one ledger
+
+It starts the scheduler rank(s), the tokenizer(s) and the detokenizer as processes, waits for each to
+be ready, then serves the OpenAI-compatible API (`server/api.py`) until Ctrl-C / SIGTERM or until a
+worker dies (exit code 1).
+"""
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import signal
+import sys
 
-from . import SamplingParams
-from .llm import LLM
+from .server.common import ServerConfig
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m minisgl_edu.serve")
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--device", default=None)
-    ap.add_argument("--prompt", default="What is the capital of France?")
-    args = ap.parse_args(argv)
-    llm = LLM(args.model, device=args.device)
-    out = llm.generate([args.prompt], SamplingParams(max_tokens=64), chat=True, use_tqdm=False)
-    print(out[0]["text"])
+def parse_args(argv=None) -> tuple[ServerConfig, bool]:
+    ap = argparse.ArgumentParser(prog="python -m minisgl_edu.serve", description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=None, help="a model folder or a Hugging Face id in the local cache "
+                                                  "(default: SmolLM2-135M-Instruct)")
+    ap.add_argument("--served-model-name", default=None, help="the name clients use (default: the folder name)")
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=1919)
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
+    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (one scheduler process each)")
+    ap.add_argument("--page-size", type=int, default=1)
+    ap.add_argument("--max-prefill-tokens", type=int, default=8192, help="the token budget of one prefill step")
+    ap.add_argument("--cache", choices=["radix", "naive"], default="radix")
+    ap.add_argument("--cuda-graph-max-bs", type=int, default=256)
+    ap.add_argument("--no-overlap", action="store_true", help="use the normal scheduler loop on CUDA too")
+    ap.add_argument("--dummy-weights", action="store_true", help="random weights from the config (benchmarks)")
+    ap.add_argument("--max-running-reqs", type=int, default=256)
+    ap.add_argument("--max-total-tokens", type=int, default=None, help="KV pool size in tokens")
+    ap.add_argument("--context-length", type=int, default=None, help="cap the model's context")
+    ap.add_argument("--num-tokenizers", type=int, default=1)
+    ap.add_argument("--api-key", default=os.environ.get("MINISGL_API_KEY"),
+                    help="require Authorization: Bearer KEY on /v1 (default: $MINISGL_API_KEY)")
+    ap.add_argument("--shell", action="store_true", help="an interactive chat in this terminal, no HTTP")
+    ap.add_argument("--trace", default=None, help="append one JSON line per message hop to this file")
+    a = ap.parse_args(argv)
+    if a.tp < 1 or a.num_tokenizers < 1:
+        ap.error("--tp and --num-tokenizers must be >= 1")
+    import torch
+
+    from .llm import resolve_model
+    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    path = resolve_model(a.model)
+    return ServerConfig(path, a.served_model_name or os.path.basename(os.path.normpath(path)), device, a.tp,
+                        a.page_size, a.max_prefill_tokens, a.cache, a.cuda_graph_max_bs,
+                        False if a.no_overlap else None, a.dummy_weights, a.max_running_reqs, a.max_total_tokens,
+                        a.context_length, a.num_tokenizers, a.host, a.port, a.api_key,
+                        trace_path=a.trace), a.shell
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=os.environ.get("MINISGL_LOG", "INFO"), format="%(asctime)s [launcher] %(message)s")
+    cfg, shell = parse_args(argv)
+
+    def on_term(signum, frame):  # SIGTERM unwinds like Ctrl-C, so the `finally` blocks stop the children
+        raise SystemExit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    from .server.launcher import StartupError, serve_http, start_workers, stop_workers
+    try:
+        if not shell:
+            return serve_http(cfg)
+        from .server.shell import run_shell
+        workers = start_workers(cfg)
+        try:
+            run_shell(cfg, workers)
+        finally:
+            stop_workers(workers)
+        return 0
+    except StartupError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C: the `finally` blocks have stopped the children
+        return 0
+    except SystemExit as e:  # SIGTERM (code 0), or uvicorn could not bind the port (code 1)
+        return e.code if isinstance(e.code, int) else 1
 
 
 if __name__ == "__main__":
-    main()
+    code = main()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # every child is stopped; skip library finalizers that can stall exit for seconds

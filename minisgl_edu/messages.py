@@ -1,0 +1,209 @@
+"""Chapter 1 — Processes and boundaries: what crosses between the processes, and as which bytes?
+
+A request passes four kinds of process, joined only by messages:
+
+    API server --TokenizeMsg--> tokenizer --UserMsg--> scheduler rank 0 (--raw bytes--> ranks 1..N-1)
+    scheduler rank 0 --DetokenizeMsg--> detokenizer --UserReply--> API server
+
+Every message is a small dataclass. The encoder is schema-less, as in Mini-SGLang: it walks the
+dataclass fields, writes the class name under `__type__`, turns a 1-D CPU tensor into raw bytes
+plus its dtype, and hands the resulting dict to msgpack. Adding a message type is adding a
+dataclass here. The decoder differs from Mini-SGLang's in one deliberate way: it only ever builds
+classes listed in `MESSAGE_TYPES` (an unknown `__type__` is an error, never an import or a lookup
+in some module's globals), so bytes from a socket cannot make it construct anything else.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+import torch
+
+from .req import SamplingParams
+
+
+# ---- API server -> tokenizer ---------------------------------------------------------------------
+@dataclass
+class TokenizeMsg:
+    uid: int
+    text: str | None  # a raw prompt (/v1/completions) ...
+    messages: list[dict] | None  # ... or chat messages, to be wrapped in the chat template
+    sampling_params: SamplingParams
+    input_ids: list[int] | None = None  # a prompt given as token ids: no tokenizer work at all
+
+
+# ---- tokenizer -> scheduler ----------------------------------------------------------------------
+@dataclass
+class UserMsg:
+    uid: int
+    input_ids: torch.Tensor  # CPU 1-D int32: host memory crosses the boundary, never a device tensor
+    sampling_params: SamplingParams
+
+
+@dataclass
+class AbortMsg:
+    """Forget a request (its client went away or a stop string was hit); frees its pages."""
+    uid: int
+
+
+@dataclass
+class StatsMsg:
+    """Ask the scheduler for its page counts and an integrity check (a debug query; answered as StatsReply)."""
+    uid: int
+
+
+@dataclass
+class ExitMsg:
+    """Stop the receiving process's loop (travels the same path as requests, so it comes last)."""
+
+
+@dataclass
+class BatchBackendMsg:
+    data: list[UserMsg | AbortMsg | StatsMsg | ExitMsg]
+
+
+# ---- scheduler -> detokenizer --------------------------------------------------------------------
+@dataclass
+class DetokenizeMsg:
+    uid: int
+    next_token: int  # -1 when nothing new was produced (an abort or an error)
+    finished: bool
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
+    prompt_tokens: int = 0
+    clamped: bool = False  # max_tokens was cut to what the context leaves
+    error: str | None = None  # why the request was refused (it never ran)
+    status: int = 200  # the HTTP status the API should answer an error with
+
+
+@dataclass
+class StatsReply:
+    uid: int
+    num_pages: int
+    free_pages: int
+    cached_pages: int
+    live_reqs: int
+    integrity: str  # "ok", "busy" (requests in flight: not checked) or the failed assertion
+
+
+@dataclass
+class BatchTokenizerMsg:
+    data: list[DetokenizeMsg | StatsReply]
+
+
+# ---- detokenizer -> API server -------------------------------------------------------------------
+@dataclass
+class UserReply:
+    uid: int
+    incremental_output: str  # new text since the last reply (never ends inside a UTF-8 character)
+    finished: bool
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    warning: str | None = None
+    error: str | None = None
+    status: int = 200
+
+
+@dataclass
+class BatchFrontendMsg:
+    data: list[UserReply | StatsReply]
+
+
+# ---- process start-up ----------------------------------------------------------------------------
+@dataclass
+class AckMsg:
+    """A worker's 'ready' (or its start-up failure) on the launcher's ack queue."""
+    name: str
+    pid: int
+    error: str | None = None
+
+
+MESSAGE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
+    SamplingParams, TokenizeMsg, UserMsg, AbortMsg, StatsMsg, ExitMsg, BatchBackendMsg, DetokenizeMsg,
+    StatsReply, BatchTokenizerMsg, UserReply, BatchFrontendMsg, AckMsg)}
+
+# dtypes a boundary may carry (numpy must hold them, so no bfloat16): token ids, and floats for debugging
+_DTYPES = {str(d).removeprefix("torch."): d for d in (torch.int32, torch.int64, torch.float32, torch.uint8)}
+
+
+class MessageError(ValueError):
+    """Bytes or an object that are not a valid message."""
+
+
+def _to_wire(v: Any) -> Any:
+    if isinstance(v, torch.Tensor):
+        if v.dim() != 1:
+            raise MessageError(f"only 1-D tensors cross a process boundary, got shape {tuple(v.shape)}")
+        if v.device.type != "cpu":
+            raise MessageError(f"only CPU tensors cross a process boundary, got one on {v.device}")
+        dtype = str(v.dtype).removeprefix("torch.")
+        if dtype not in _DTYPES:
+            raise MessageError(f"tensor dtype {dtype} cannot cross a boundary (allowed: {sorted(_DTYPES)})")
+        return {"__type__": "Tensor", "dtype": dtype, "buffer": v.contiguous().numpy().tobytes()}
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        name = type(v).__name__
+        if MESSAGE_TYPES.get(name) is not type(v):
+            raise MessageError(f"{name} is not a message type (add it to MESSAGE_TYPES)")
+        out = {"__type__": name}
+        for f in dataclasses.fields(v):
+            out[f.name] = _to_wire(getattr(v, f.name))
+        return out
+    if isinstance(v, (list, tuple)):
+        return [_to_wire(x) for x in v]
+    if isinstance(v, dict):
+        if "__type__" in v or not all(isinstance(k, str) for k in v):
+            raise MessageError("a plain dict in a message needs string keys and no '__type__' key")
+        return {k: _to_wire(x) for k, x in v.items()}
+    if v is None or isinstance(v, (bool, int, float, str, bytes)):
+        return v
+    raise MessageError(f"cannot send a {type(v).__name__} across a boundary")
+
+
+def _from_wire(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_from_wire(x) for x in v]
+    if not isinstance(v, dict):
+        return v
+    if "__type__" not in v:
+        return {k: _from_wire(x) for k, x in v.items()}
+    name = v["__type__"]
+    if name == "Tensor":
+        if set(v) != {"__type__", "dtype", "buffer"} or v["dtype"] not in _DTYPES:
+            raise MessageError(f"malformed tensor (a 1-D tensor has exactly dtype and buffer): {sorted(v)}")
+        dtype = _DTYPES[v["dtype"]]
+        return torch.from_numpy(np.frombuffer(v["buffer"], dtype=str(dtype).removeprefix("torch.")).copy())
+    cls = MESSAGE_TYPES.get(name)
+    if cls is None:
+        raise MessageError(f"unknown message type {name!r}")
+    kwargs = {k: _from_wire(x) for k, x in v.items() if k != "__type__"}
+    names = {f.name for f in dataclasses.fields(cls)}
+    if not set(kwargs) <= names:
+        raise MessageError(f"{name} has no field(s) {sorted(set(kwargs) - names)}")
+    try:
+        return cls(**kwargs)
+    except TypeError as e:  # a required field is missing
+        raise MessageError(f"malformed {name}: {e}") from None
+
+
+def encode(msg: Any) -> bytes:
+    """A message dataclass -> bytes on the wire."""
+    return msgpack.packb(_to_wire(msg), use_bin_type=True)
+
+
+def decode(raw: bytes) -> Any:
+    """Bytes from the wire -> a message dataclass (only types in MESSAGE_TYPES; else MessageError)."""
+    try:
+        obj = msgpack.unpackb(raw, raw=False)
+    except Exception as e:
+        raise MessageError(f"not a msgpack message: {e}") from None
+    if not isinstance(obj, dict) or "__type__" not in obj:
+        raise MessageError("a message is a dict with a '__type__' key")
+    return _from_wire(obj)
+
+
+def unbatch(msg: Any) -> list:
+    """A batch wrapper -> its messages; any other message -> [it]."""
+    return list(msg.data) if isinstance(msg, (BatchBackendMsg, BatchTokenizerMsg, BatchFrontendMsg)) else [msg]

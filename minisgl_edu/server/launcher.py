@@ -1,0 +1,160 @@
+"""Chapter 9 — the launcher: start every process, wait until each is ready, watch them, stop them all.
+
+    scheduler-rank0 .. rank{tp-1}   (only rank 0 acks, once every rank is ready)
+    tokenizer-0 .. tokenizer-{n-1}
+    detokenizer                     (the same worker function as the tokenizers, id n)
+
+HTTP opens only after every ack has arrived, so no request can land on a backend that is still
+loading. A worker that fails to start is named in the error; a worker that dies later makes
+`/health` answer 503, fails every request in flight, and brings the launcher down (exit code 1).
+"""
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+
+from ..messages import ExitMsg
+from .common import ServerConfig
+from .queues import Addresses, pull, push
+from .scheduler_proc import run_scheduler
+from .tokenizer import tokenize_worker, worker_name
+
+log = logging.getLogger("minisgl_edu")
+
+
+class StartupError(RuntimeError):
+    pass
+
+
+@dataclass
+class Workers:
+    addrs: Addresses
+    procs: list[mp.Process]
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def dead(self) -> mp.Process | None:
+        return next((p for p in self.procs if p.exitcode is not None), None)
+
+
+def start_workers(cfg: ServerConfig) -> Workers:
+    """Start every worker process and return once each has acked (or raise StartupError naming the culprit)."""
+    addrs = Addresses.create(cfg.num_tokenizers)
+    ack = pull(addrs.ack)  # bound before any child starts, so no ack is lost
+    spawn = mp.get_context("spawn")  # a fresh interpreter: no inherited CUDA state or threads
+    me = os.getpid()
+    procs = [spawn.Process(target=run_scheduler, args=(rank, cfg, addrs, me), name=f"scheduler-rank{rank}",
+                           daemon=True) for rank in range(cfg.tp)]
+    procs += [spawn.Process(target=tokenize_worker, args=(i, cfg, addrs, me), daemon=True,
+                            name=worker_name(i, cfg.num_tokenizers)) for i in range(cfg.num_tokenizers + 1)]
+    workers = Workers(addrs, procs)
+    try:
+        for p in procs:
+            p.start()
+        wait_for_acks(workers, ack, cfg.startup_timeout)
+    except BaseException:
+        stop_workers(workers, graceful=False)
+        raise
+    finally:
+        ack.close()
+    return workers
+
+
+def wait_for_acks(workers: Workers, ack, timeout: float) -> None:
+    # schedulers: only the primary rank acks; then every tokenizer and the detokenizer
+    waiting = {"scheduler-rank0"} | {p.name for p in workers.procs if not p.name.startswith("scheduler")}
+    deadline = time.monotonic() + timeout
+    while waiting:
+        msg = ack.get(timeout_ms=200)
+        if msg is not None:
+            if msg.error is not None:
+                raise StartupError(f"{msg.name} (pid {msg.pid}) failed to start:\n{msg.error}")
+            log.info("%s (pid %d) is ready", msg.name, msg.pid)
+            waiting.discard(msg.name)
+            continue
+        dead = workers.dead()
+        if dead is not None:
+            raise StartupError(f"{dead.name} (pid {dead.pid}) exited with code {dead.exitcode} before it was ready")
+        if time.monotonic() > deadline:
+            raise StartupError(f"not ready after {timeout:.0f} s: {', '.join(sorted(waiting))}")
+
+
+def stop_workers(workers: Workers, graceful: bool = True) -> None:
+    """ExitMsg down the pipes (graceful), then SIGTERM, then SIGKILL: every child is gone on return."""
+    workers.stopping.set()
+    if graceful:
+        for i in range(workers.addrs.num_tokenizers):  # each tokenizer passes it on to the scheduler
+            q = push(workers.addrs.tokenizer(i))
+            q.put(ExitMsg())
+            q.socket.close(linger=500)
+    for sig, wait in (("nothing", 5.0 if graceful else 0.0), ("terminate", 3.0), ("kill", 3.0)):
+        alive = [p for p in workers.procs if p.is_alive()]
+        if not alive:
+            break
+        for p in alive:
+            if sig != "nothing":
+                getattr(p, sig)()
+        deadline = time.monotonic() + wait
+        for p in alive:
+            p.join(max(0.0, deadline - time.monotonic()))
+    shutil.rmtree(workers.addrs.root, ignore_errors=True)
+
+
+def watch(workers: Workers, on_death) -> threading.Thread:
+    """A thread that calls on_death(reason) once, when any worker exits while we are not stopping."""
+    def run() -> None:
+        while not workers.stopping.is_set():
+            dead = workers.dead()
+            if dead is not None:
+                if not workers.stopping.is_set():
+                    on_death(f"{dead.name} (pid {dead.pid}) exited with code {dead.exitcode}")
+                return
+            time.sleep(0.1)
+    t = threading.Thread(target=run, daemon=True, name="watchdog")
+    t.start()
+    return t
+
+
+def later(seconds: float, fn) -> None:
+    t = threading.Timer(seconds, fn)
+    t.daemon = True  # never keeps the process alive on its own
+    t.start()
+
+
+def serve_http(cfg: ServerConfig) -> int:
+    """Start the workers, serve HTTP until a signal or a worker death; return the exit code."""
+    import uvicorn
+
+    from .api import Frontend, create_app
+    workers = start_workers(cfg)
+    died: list[str] = []
+    try:
+        frontend = Frontend(workers.addrs, cfg)
+        server = uvicorn.Server(uvicorn.Config(create_app(cfg, frontend), host=cfg.host, port=cfg.port,
+                                               log_level="warning", timeout_graceful_shutdown=2))
+
+        def on_death(reason: str) -> None:
+            died.append(reason)
+            log.error("%s: shutting down", reason)
+            if frontend.loop is not None:
+                frontend.loop.call_soon_threadsafe(frontend.fail_all, reason)
+            later(2.0, lambda: setattr(server, "should_exit", True))  # /health says 503 meanwhile
+
+            def last_resort() -> None:  # if HTTP shutdown hangs: stop the children and leave anyway
+                stop_workers(workers, graceful=False)
+                os._exit(1)
+            later(7.0, last_resort)
+
+        watch(workers, on_death)
+        log.info("serving %s on http://%s:%d", cfg.served_name, cfg.host, cfg.port)
+        server.run()
+        frontend.close_sockets()
+    finally:
+        log.info("stopping the workers")
+        stop_workers(workers, graceful=not died)
+        log.info("all workers stopped")
+    return 1 if died else 0

@@ -1,0 +1,145 @@
+"""Chapters 1 and 9 — one worker function, two jobs: text -> token ids, and token ids -> text.
+
+`tokenize_worker(tokenizer_id, ...)` is a tokenizer when `tokenizer_id < num_tokenizers` and the
+(single) detokenizer when `tokenizer_id == num_tokenizers`: both need the same tokenizer object, so
+one function serves both and the id picks which inbox it listens on.
+
+The detokenizer turns one token at a time into text. A character may span several tokens
+(byte-level BPE splits '日' into three), and a token may end in the middle of one: decoding such a
+tail gives U+FFFD. So it decodes a short window — from `prefix_offset` (a little context before the
+unsent part) to the end — and emits only what is new once the window no longer ends in U+FFFD.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from ..messages import (BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ExitMsg, StatsReply, TokenizeMsg, UserMsg,
+                        UserReply, decode, unbatch)
+from .common import ServerConfig, exit_child, send_ack, setup_child, trace
+from .queues import Addresses, Queue, pull, push
+
+log = logging.getLogger("minisgl_edu")
+
+
+def worker_name(tokenizer_id: int, num_tokenizers: int) -> str:
+    return "detokenizer" if tokenizer_id == num_tokenizers else f"tokenizer-{tokenizer_id}"
+
+
+def tokenize_worker(tokenizer_id: int, cfg: ServerConfig, addrs: Addresses, parent_pid: int) -> None:
+    name = worker_name(tokenizer_id, addrs.num_tokenizers)
+    setup_child(name, parent_pid)
+    try:
+        import torch
+        torch.set_num_threads(1)  # the engine needs the cores; tokenizing is light
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(cfg.model_path)
+        to_frontend = push(addrs.frontend)
+        if tokenizer_id == addrs.num_tokenizers:
+            inbox = pull(addrs.detokenizer)
+        else:
+            inbox, to_scheduler = pull(addrs.tokenizer(tokenizer_id)), push(addrs.scheduler)
+    except BaseException as e:
+        send_ack(addrs.ack, name, e)
+        raise SystemExit(1)
+    send_ack(addrs.ack, name)
+    if tokenizer_id == addrs.num_tokenizers:
+        detokenize_loop(tok, inbox, to_frontend, cfg)
+    else:
+        tokenize_loop(tok, inbox, to_scheduler, to_frontend, cfg, name)
+    exit_child(0)
+
+
+def receive_all(inbox: Queue) -> list:
+    """Wait for one message, then take whatever else is already waiting (one batch per wake-up)."""
+    return [m for raw in [inbox.get_raw()] + inbox.drain_raw() for m in unbatch(decode(raw))]
+
+
+# ---- text -> token ids ---------------------------------------------------------------------------
+def prompt_ids(tok, msg: TokenizeMsg) -> list[int]:
+    """A TokenizeMsg's prompt as token ids: token ids as given, chat messages through the chat template."""
+    if msg.input_ids is not None:
+        return list(msg.input_ids)
+    if msg.messages is not None:
+        if not tok.chat_template:
+            raise ValueError("this model has no chat template: use /v1/completions")
+        ids = tok.apply_chat_template(msg.messages, add_generation_prompt=True)
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    return tok.encode(msg.text)
+
+
+def tokenize_loop(tok, inbox: Queue, to_scheduler: Queue, to_frontend: Queue, cfg: ServerConfig, name: str) -> None:
+    import torch
+    while True:
+        out, errors = [], []
+        msgs = receive_all(inbox)
+        trace(cfg, name, "recv TokenizeMsg", [m.uid for m in msgs if isinstance(m, TokenizeMsg)])
+        for msg in msgs:
+            if isinstance(msg, TokenizeMsg):
+                try:
+                    ids = prompt_ids(tok, msg)
+                except Exception as e:  # e.g. a chat template that rejects the roles: tell the client
+                    errors.append(UserReply(msg.uid, "", True, "error", error=f"cannot tokenize: {e}", status=400))
+                    continue
+                out.append(UserMsg(msg.uid, torch.tensor(ids, dtype=torch.int32), msg.sampling_params))
+            else:
+                out.append(msg)  # AbortMsg, StatsMsg, ExitMsg go on unchanged, in order
+        if out:
+            to_scheduler.put(out[0] if len(out) == 1 else BatchBackendMsg(out))
+            trace(cfg, name, "sent UserMsg", [m.uid for m in out if isinstance(m, UserMsg)])
+        if errors:
+            to_frontend.put(BatchFrontendMsg(errors))
+        if any(isinstance(m, ExitMsg) for m in msgs):
+            return
+
+
+# ---- token ids -> text ---------------------------------------------------------------------------
+@dataclass
+class DecodeState:
+    """One request's incremental detokenization."""
+    ids: list[int] = field(default_factory=list)
+    prefix_offset: int = 0  # the decode window starts here (context for tokenizers that merge spaces)
+    read_offset: int = 0  # text up to here has been sent
+
+
+def detokenize_next(tok, state: DecodeState, token: int, final: bool = False) -> str:
+    """Add `token` (-1 = none) and return the text that is now complete (at the end: everything left)."""
+    if token >= 0:
+        state.ids.append(token)
+    sent = tok.decode(state.ids[state.prefix_offset:state.read_offset], skip_special_tokens=True)
+    window = tok.decode(state.ids[state.prefix_offset:], skip_special_tokens=True)
+    if len(window) > len(sent) and (final or not window.endswith("\ufffd")):  # hold back a half character
+        state.prefix_offset, state.read_offset = state.read_offset, len(state.ids)
+        return window[len(sent):]
+    return ""
+
+
+CLAMPED_WARNING = "max_tokens was reduced to what the model's context leaves after this prompt"
+
+
+def detokenize_loop(tok, inbox: Queue, to_frontend: Queue, cfg: ServerConfig) -> None:
+    states: dict[int, DecodeState] = {}
+    while True:
+        replies = []
+        msgs = receive_all(inbox)
+        trace(cfg, "detokenizer", "recv DetokenizeMsg", [m.uid for m in msgs if isinstance(m, DetokenizeMsg)])
+        for msg in msgs:
+            if isinstance(msg, StatsReply):
+                replies.append(msg)
+                continue
+            if not isinstance(msg, DetokenizeMsg):
+                continue
+            if msg.error is not None:
+                replies.append(UserReply(msg.uid, "", True, "error", error=msg.error, status=msg.status))
+                continue
+            st = states.setdefault(msg.uid, DecodeState())
+            text = detokenize_next(tok, st, msg.next_token, final=msg.finished)
+            replies.append(UserReply(msg.uid, text, msg.finished, msg.finish_reason, msg.prompt_tokens, len(st.ids),
+                                     CLAMPED_WARNING if msg.clamped else None))
+            if msg.finished:
+                states.pop(msg.uid, None)
+        if replies:
+            to_frontend.put(BatchFrontendMsg(replies))
+            trace(cfg, "detokenizer", "sent UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
+        if any(isinstance(m, ExitMsg) for m in msgs):
+            return
