@@ -18,6 +18,7 @@ from .model import build_model, load_config
 from .paging import KVCache, PagePool, ragged_arange, to_device
 from .req import Batch
 from .sampling import SamplingTensors, sample
+from .tp import min_over_ranks
 
 log = logging.getLogger("minisgl_edu")
 
@@ -77,7 +78,7 @@ class Engine:
             tokens = int(free * self.cfg.memory_fraction) // (bytes_per_token * elem)
         else:
             tokens = 32768
-        return max(1, tokens // ps)
+        return max(1, min_over_ranks(tokens) // ps)  # chapter 8: every rank the same pool, so the same decisions
 
     # ---- chapter 7: the ledger becomes kernel arguments ------------------------------------------
     def prepare(self, batch: Batch) -> None:
@@ -121,7 +122,9 @@ class Engine:
             tokens.record_stream(torch.cuda.current_stream(self.device))  # used there: not reused before
         return tokens
 
-    def _event(self) -> torch.cuda.Event:
+    def _event(self) -> torch.cuda.Event | None:
+        if self.stream is None:  # the CPU has no device timeline: only the CPU times are recorded
+            return None
         e = torch.cuda.Event(enable_timing=True)
         e.record()
         return e
