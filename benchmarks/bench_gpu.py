@@ -1,11 +1,12 @@
 """GPU benchmarks P1-P4 on the Qwen3-0.6B architecture with dummy weights (bf16).
 
-    python benchmarks/bench_gpu.py [p1] [p2] [p4] [--baseline hf]
+    python benchmarks/bench_gpu.py [p1] [p2] [p4] [p2x] [--baseline hf]
 
 P1  offline throughput on the anchors' workload, next to its memory floor
 P2  decode step time at batch 1, 8, 64, 256 (context ~1k), eager vs CUDA graph, next to the floor
     (P3 is the same table read at batch 1: graph vs eager and vs floor)
 P4  overlap scheduling on vs off at batch 64: throughput and GPU idle share between steps
+P2x an experiment: P2 at batch 1 and 256 with RMSNorm swapped for torch's fused rms_norm
 
 Each prints a table, appends rows to benchmarks/results.json and rewrites benchmarks/RESULTS.md's
 generated table (the text around it is kept).
@@ -27,10 +28,10 @@ import torch
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from minisgl_edu import LLM, SamplingParams  # noqa: E402
-from minisgl_edu.bench import (anchors_workload, copy_bandwidth, decode_floor_s, kv_bytes_per_token,  # noqa: E402
-                               time_steps, timeline_stats, weight_bytes)
-from minisgl_edu.req import Batch, Req  # noqa: E402
-from minisgl_edu.scheduler import Scheduler  # noqa: E402
+from minisgl_edu.bench import (anchors_workload, copy_bandwidth, decode_floor_s, first_decode,  # noqa: E402
+                               fresh_scheduler, kv_bytes_per_token, make_decode_batch, release, time_steps,
+                               timeline_stats, weight_bytes)
+from minisgl_edu.req import Batch  # noqa: E402
 
 QWEN = str(ROOT / "benchmarks" / "configs" / "qwen3-0.6b")
 RESULTS = ROOT / "benchmarks" / "results.json"
@@ -60,14 +61,6 @@ def record(metric: str, value: float, unit: str, ratio: float | None = None, not
                commit=commit(), command="python benchmarks/bench_gpu.py " + " ".join(sys.argv[1:]), note=note)
     ROWS.append(row)
     print(f"  {metric:<40s} {value:>12.4g} {unit:<8s} ratio={row['ratio']}  {note}", flush=True)
-
-
-def fresh_scheduler(llm: LLM, overlap: bool) -> Scheduler:
-    """A new scheduler over the same engine; the old one's prefix cache hands its pages back first."""
-    old = llm.scheduler
-    llm.engine.pool.free(old.cache.evict(old.cache.evictable_size))
-    llm.scheduler = Scheduler(llm.engine, old.max_prefill_tokens, "radix", overlap, tuple(old.eos))
-    return llm.scheduler
 
 
 # ---- P1 -----------------------------------------------------------------------------------------
@@ -117,33 +110,15 @@ def p1_hf_baseline() -> None:
 
 
 # ---- P2 / P3 ------------------------------------------------------------------------------------
-def make_decode_batch(engine, bs: int, ctx: int, seed: int) -> Batch:
-    """bs requests with ctx-token prompts, prefilled through the engine; return their first decode batch."""
-    g = torch.Generator().manual_seed(seed)
-    pool = engine.pool
-    reqs = []
-    for i in range(bs):
-        r = Req(10_000 + i, torch.randint(0, min(10000, engine.vocab_size), (ctx,), generator=g).tolist(), SamplingParams(max_tokens=64))
-        r.table_idx, r.device_len = pool.take_row(), ctx
-        pool.token_pool[r.table_idx, :ctx] = torch.tensor(r.token_ids, dtype=torch.int32)
-        reqs.append(r)
-    per = max(1, 8192 // ctx)
-    for i in range(0, bs, per):  # prefill in token-budget-sized groups
-        b = Batch(reqs[i:i + per], "prefill")
-        b.out_loc = pool.assign_locations(b.reqs)
-        engine.forward(b)
-    for r in reqs:
-        r.complete_one()
-    batch = Batch(reqs, "decode")
-    batch.out_loc = pool.assign_locations(reqs)
-    return batch
-
-
-def release(engine, batch: Batch) -> None:
-    pool = engine.pool
-    for r in batch.reqs:
-        pool.free(pool.page_table[r.table_idx, : -(-r.device_len // pool.page_size) * pool.page_size])
-        pool.release_row(r.table_idx)
+def count_kernels(eng, batch: Batch) -> None:
+    """GPU operations one eager decode step launches (why a graph still costs GPU time: many tiny kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        eng.forward(batch)
+        torch.cuda.synchronize()
+    n = sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+    layers = eng.model_config.num_hidden_layers
+    record("p3_gpu_ops_per_decode_step", n, "ops", None, f"{n / layers:.0f} per layer ({layers} layers), eager, batch 1")
 
 
 def p2(llm: LLM, bw: float) -> None:
@@ -158,10 +133,16 @@ def p2(llm: LLM, bw: float) -> None:
         floor = (w + bs * (ctx + 1) * kvt) / bw
         eng.graphs = None
         eager = time_steps(lambda: eng.forward(batch), iters=30)
+        if bs == 1:
+            count_kernels(eng, batch)
         eng.graphs = graphs
         graph = time_steps(lambda: eng.forward(batch), iters=100)
+        g = graphs.graphs[graphs.padded_size(bs)]  # the replay alone: GPU time of the captured forward
+        replay = time_steps(g.replay, iters=100)
         release(eng, batch)
         table.append((bs, eager, graph, floor))
+        record(f"p2_graph_replay_only_bs{bs}", replay * 1e3, "ms", replay / floor,
+               "the captured model forward alone (no metadata, plan, logits, sampling); ratio = time / floor")
         record(f"p2_decode_step_bs{bs}_eager", eager * 1e3, "ms", eager / floor, "ratio = time / memory floor")
         record(f"p2_decode_step_bs{bs}_graph", graph * 1e3, "ms", graph / floor, "ratio = time / memory floor")
         record(f"p2_decode_floor_bs{bs}", floor * 1e3, "ms", None, f"(weights {w / 1e9:.2f} GB + KV) / {bw / 1e12:.2f} TB/s")
@@ -188,8 +169,7 @@ def p4(llm: LLM) -> None:
         outs = llm.generate(prompts, params, use_tqdm=False)
         torch.cuda.synchronize()
         dt = time.perf_counter() - t
-        first_decode = next(i for i, s in enumerate(sched.stats) if s.phase == "decode")
-        st = timeline_stats(llm.engine.timeline, first_decode)
+        st = timeline_stats(llm.engine.timeline, first_decode(sched.stats))
         res[overlap] = (sum(len(o["token_ids"]) for o in outs) / dt, st, dt)
         llm.engine.timeline = None
     (off, st_off, _), (on, st_on, _) = res[False], res[True]
@@ -199,6 +179,33 @@ def p4(llm: LLM) -> None:
            f"median gap {np.median(st_off.gap_ms) * 1e3:.0f} us, median step {np.median(st_off.step_gpu_ms):.3f} ms")
     record("p4_gpu_idle_share_overlap_on", 100 * st_on.idle_share, "%", None,
            f"median gap {np.median(st_on.gap_ms) * 1e3:.0f} us, median step {np.median(st_on.step_gpu_ms):.3f} ms")
+
+
+# ---- P2x: an experiment, not the library ------------------------------------------------------
+def p2x(bw: float) -> None:
+    """How much of the gap is RMSNorm's chain of small kernels? Swap in torch's fused rms_norm (a
+    monkeypatch for this measurement only) and time decode steps at batch 1 and 256 through graphs."""
+    import torch.nn.functional as F
+    from minisgl_edu.model.layers import RMSNorm
+    print("\nP2x experiment: RMSNorm as one torch.nn.functional.rms_norm call", flush=True)
+    original = RMSNorm.forward
+    RMSNorm.forward = lambda self, x: F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+    try:
+        llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=256, cuda_graph_max_bs=256,
+                  max_total_tokens=300_000)
+        eng = llm.engine
+        w, kvt = weight_bytes(eng.model), kv_bytes_per_token(eng)
+        for bs in (1, 256):
+            batch = make_decode_batch(eng, bs, 1024, seed=bs)
+            floor = (w + bs * 1025 * kvt) / bw
+            graph = time_steps(lambda: eng.forward(batch), iters=100)
+            replay = time_steps(eng.graphs.graphs[eng.graphs.padded_size(bs)].replay, iters=100)
+            release(eng, batch)
+            record(f"p2x_fused_rmsnorm_decode_step_bs{bs}_graph", graph * 1e3, "ms", graph / floor,
+                   "experiment (RMSNorm monkeypatched to F.rms_norm); ratio = time / floor")
+            record(f"p2x_fused_rmsnorm_replay_only_bs{bs}", replay * 1e3, "ms", replay / floor, "experiment")
+    finally:
+        RMSNorm.forward = original
 
 
 # ---- output -------------------------------------------------------------------------------------
@@ -225,7 +232,7 @@ def write_results() -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("parts", nargs="*", default=["p1", "p2", "p4"])
+    ap.add_argument("parts", nargs="*", default=["p1", "p2", "p4", "p2x"])
     ap.add_argument("--baseline", choices=["hf"], default=None, help="re-measure transformers generate (~200 s)")
     args = ap.parse_args()
     torch.manual_seed(0)
@@ -241,6 +248,15 @@ def main() -> None:
             p2(llm, bw)
         if "p4" in args.parts:
             p4(llm)
+        if "p2x" in args.parts:
+            del llm
+            import gc
+            gc.collect()
+            torch.cuda.empty_cache()
+            try:
+                p2x(bw)
+            except Exception as e:  # an experiment: report, do not fail the suite
+                print(f"P2x experiment failed: {type(e).__name__}: {e}", flush=True)
         if args.baseline == "hf":
             del llm
             torch.cuda.empty_cache()

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
+from .req import Batch, Req, SamplingParams
+
 
 def anchors_workload(n: int = 256, seed: int = 0) -> tuple[list[list[int]], list[int]]:
     """The anchors' offline workload: n prompts of randint(100, 1024) tokens drawn from randint(0, 10000),
@@ -108,3 +110,47 @@ def time_steps(fn, iters: int = 50, warmup: int = 5, sync=None) -> float:
         fn()
     sync()
     return (time.perf_counter() - t) / iters
+
+
+# ---- running workloads on an existing engine ---------------------------------------------------
+def fresh_scheduler(llm, overlap: bool):
+    """A new scheduler over the same engine; the old one's prefix cache hands its pages back first."""
+    old = llm.scheduler
+    llm.engine.pool.free(old.cache.evict(old.cache.evictable_size))
+    from .scheduler import Scheduler
+    llm.scheduler = Scheduler(llm.engine, old.max_prefill_tokens, "radix", overlap, tuple(old.eos))
+    return llm.scheduler
+
+
+def make_decode_batch(engine, bs: int, ctx: int, seed: int) -> Batch:
+    """bs requests with ctx-token prompts, prefilled through the engine; return their first decode batch."""
+    g = torch.Generator().manual_seed(seed)
+    pool = engine.pool
+    reqs = []
+    for i in range(bs):
+        r = Req(10_000 + i, torch.randint(0, min(10000, engine.vocab_size), (ctx,), generator=g).tolist(), SamplingParams(max_tokens=64))
+        r.table_idx, r.device_len = pool.take_row(), ctx
+        pool.token_pool[r.table_idx, :ctx] = torch.tensor(r.token_ids, dtype=torch.int32)
+        reqs.append(r)
+    per = max(1, 8192 // ctx)
+    for i in range(0, bs, per):  # prefill in token-budget-sized groups
+        b = Batch(reqs[i:i + per], "prefill")
+        b.out_loc = pool.assign_locations(b.reqs)
+        engine.forward(b)
+    for r in reqs:
+        r.complete_one()
+    batch = Batch(reqs, "decode")
+    batch.out_loc = pool.assign_locations(reqs)
+    return batch
+
+
+def release(engine, batch: Batch) -> None:
+    pool = engine.pool
+    for r in batch.reqs:
+        pool.free(pool.page_table[r.table_idx, : -(-r.device_len // pool.page_size) * pool.page_size])
+        pool.release_row(r.table_idx)
+
+
+def first_decode(stats) -> int:
+    """Index of the first decode step in Scheduler.stats (the timeline has one entry per step too)."""
+    return next(i for i, s in enumerate(stats) if s.phase == "decode")

@@ -30,6 +30,11 @@ def capture_sizes(max_bs: int) -> list[int]:
     return sorted(set(sizes + [max_bs]))
 
 
+def pad_to(sizes: list[int], bs: int) -> int:
+    """The smallest captured size that holds `bs` requests (sizes sorted)."""
+    return sizes[bisect.bisect_left(sizes, bs)]
+
+
 class GraphRunner:
     def __init__(self, engine, max_bs: int, progress: bool = True):
         from tqdm.auto import tqdm
@@ -41,7 +46,7 @@ class GraphRunner:
         # static inputs shared by every graph: a replay reads whatever was copied here
         self.input_ids = torch.zeros(self.max_bs, dtype=torch.int32, device=dev)
         self.positions = torch.zeros(self.max_bs, dtype=torch.int64, device=dev)
-        self.out_loc = torch.full((self.max_bs,), self.dummy_slot, dtype=torch.int32, device=dev)
+        self.out_loc = torch.full((self.max_bs,), self.dummy_slot, dtype=torch.int64, device=dev)  # int64: index-ready
         # one KV-index buffer shared by all graph wrappers (only one replays at a time)
         self.kv_indices = torch.zeros(self.max_bs * engine.max_seq_len, dtype=torch.int32, device=dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -74,7 +79,7 @@ class GraphRunner:
         return not batch.is_prefill and 0 < batch.size <= self.max_bs
 
     def padded_size(self, bs: int) -> int:
-        return self.sizes[bisect.bisect_left(self.sizes, bs)]
+        return pad_to(self.sizes, bs)
 
     def replay(self, batch: Batch) -> torch.Tensor:
         """Copy the batch into the static buffers, replay the graph of `batch.padded_size`, return [bs, hidden].

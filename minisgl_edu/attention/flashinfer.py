@@ -75,6 +75,7 @@ def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0) -> Kernel
 class FIMetadata:
     wrapper: Any  # the planned FlashInfer wrapper every layer runs this step
     args: KernelArgs
+    out_loc: torch.Tensor  # int64 once per step, not converted again in every layer's K/V store
 
 
 class FlashInferBackend(AttentionBackend):
@@ -120,8 +121,10 @@ class FlashInferBackend(AttentionBackend):
             w = self.graph_wrappers.get(batch.padded_size) or self.decode_wrapper
             w.plan(args.cu_seqlens_k, args.kv_indices, args.last_page_len, head_dim=self.head_dim,
                    seq_lens=args.seq_lens_k, **common)
-        batch.attn_metadata = FIMetadata(w, args)
+        out_loc = batch.out_loc if batch.out_loc.dtype == torch.int64 else batch.out_loc.long()
+        batch.attn_metadata = FIMetadata(w, args, out_loc)
 
     def forward(self, q, k, v, layer, batch):
-        self.kv.store(layer, batch.out_loc, k, v)
-        return batch.attn_metadata.wrapper.run(q, self.pages[layer])
+        md: FIMetadata = batch.attn_metadata
+        self.kv.store(layer, md.out_loc, k, v)
+        return md.wrapper.run(q, self.pages[layer])

@@ -8,6 +8,7 @@ import torch
 
 from .gpu_helpers import CONFIGS, report
 from minisgl_edu import LLM, SamplingParams
+from minisgl_edu.bench import fresh_scheduler
 
 
 def workload(n: int, vocab: int, seed: int = 0):
@@ -49,7 +50,7 @@ def test_overlap_on_off_identical_greedy_tokens(smol):
     prompts, params = workload(64, smol.engine.vocab_size)
     runs = {}
     for overlap in (False, True):
-        smol.scheduler = fresh_scheduler(smol, overlap)
+        fresh_scheduler(smol, overlap)
         runs[overlap] = [o["token_ids"] for o in smol.generate(prompts, params, use_tqdm=False)]
         smol.scheduler.check_integrity()
     same = sum(a == b for a, b in zip(runs[False], runs[True]))
@@ -58,9 +59,3 @@ def test_overlap_on_off_identical_greedy_tokens(smol):
     assert same == len(prompts)
     assert [len(t) for t in runs[True]] == [p.max_tokens for p in params]
 
-
-def fresh_scheduler(llm, overlap: bool):
-    from minisgl_edu.scheduler import Scheduler
-    old = llm.scheduler
-    llm.engine.pool.free(old.cache.evict(old.cache.evictable_size))  # hand the old cache's pages back
-    return Scheduler(llm.engine, old.max_prefill_tokens, "radix", overlap, tuple(old.eos))
