@@ -62,7 +62,8 @@ try:
             if p.poll() is not None:
                 sys.exit(f"server exited with {p.returncode}")
             time.sleep(1)
-    body = json.dumps({"model": "x", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8}).encode()
+    model = json.load(urllib.request.urlopen("http://127.0.0.1:19190/v1/models", timeout=10))["data"][0]["id"]
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8}).encode()
     req = urllib.request.Request("http://127.0.0.1:19190/v1/chat/completions", body, {"Content-Type": "application/json"})
     out = json.load(urllib.request.urlopen(req, timeout=60))
     print("serve smoke test:", out["choices"][0]["message"], out.get("usage"))
