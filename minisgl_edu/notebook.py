@@ -134,8 +134,8 @@ def plot_pages(pool, reqs=(), cache=None, ax=None, title: str = ""):
     owners = page_owners(pool, reqs, cache)
     names = sorted(set(owners), key=lambda s: (s != "free", s != "cache", s))
     palette = plt.get_cmap("tab10")
-    colour = {n: ("#e8e8e8" if n == "free" else "#9e9e9e" if n == "cache" else palette(i % 10))
-              for i, n in enumerate(names)}
+    colour = {n: ("#e8e8e8" if n == "free" else "#9e9e9e" if n == "cache" else "#000000" if n == ""
+                  else palette(int(n.split()[-1]) % 10)) for n in names}  # a request keeps its colour
     cols = min(32, pool.num_pages)
     rows = -(-pool.num_pages // cols)
     if ax is None:
