@@ -56,7 +56,7 @@ class GraphRunner:
         free0 = torch.cuda.mem_get_info(dev)[0]
         for bs in tqdm(sorted(self.sizes, reverse=True), desc="capture CUDA graphs", disable=not progress):
             backend.add_graph_wrapper(bs, self.kv_indices)
-            batch = self._static_batch(bs, bs)  # all lanes are padding during capture
+            batch = self._static_batch(bs)  # all lanes are padding during capture
             with torch.inference_mode(), torch.cuda.stream(stream):
                 backend.prepare(batch)
                 for _ in range(2):  # warm up outside the graph (lazy inits, kernel selection)
@@ -70,7 +70,7 @@ class GraphRunner:
         log.info("CUDA graphs captured for decode batch sizes %s (%.0f MiB)", self.sizes,
                  (free0 - torch.cuda.mem_get_info(dev)[0]) / 2**20)
 
-    def _static_batch(self, bs: int, padded: int) -> Batch:
+    def _static_batch(self, padded: int) -> Batch:
         b = Batch([], "decode", padded_size=padded)
         b.input_ids, b.positions, b.out_loc = self.input_ids[:padded], self.positions[:padded], self.out_loc[:padded]
         return b

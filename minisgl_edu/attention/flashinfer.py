@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..paging import PagePool
+from ..paging import PagePool, to_device
 from ..req import Batch, Req
 from .base import AttentionBackend
 
@@ -62,7 +62,6 @@ def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0) -> Kernel
     cu_k = np.concatenate([[0], np.cumsum(kv_len)])
     total = int(cu_k[-1])
     # gather the slots on the device from B-sized inputs (not a copy of every index from the host)
-    from ..paging import to_device
     lens_t, rows_t, starts_t = to_device(kv_len, dev), to_device(rows, dev), to_device(cu_k[:-1], dev)
     row_of = torch.repeat_interleave(rows_t, lens_t, output_size=total)
     pos = torch.arange(total, device=dev) - torch.repeat_interleave(starts_t, lens_t, output_size=total)
