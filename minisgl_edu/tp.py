@@ -216,8 +216,13 @@ class BatchRecorder:
                 self.logits.append(out.detach().float().cpu())
             return out
 
-        engine.forward = recording_forward
+        engine.forward = recording_forward  # instance attributes shadow the methods until detach()
         engine.model.logits = recording_logits
+        self.engine = engine
+
+    def detach(self) -> None:
+        """Stop recording: the engine's own methods are back (no more host syncs per step)."""
+        del self.engine.forward, self.engine.model.logits
 
     def take(self) -> tuple[list[BatchRecord], list[torch.Tensor]]:
         out = (self.records, self.logits)
@@ -291,9 +296,10 @@ def _rank_main(rank: int, size: int, init_method: str, engine_cfg, sched_kw: dic
                             sched.abort(r.uid)
                     if rank == 0:
                         replies.put(("added", 0, (error, [(r.uid, r.clamped, r.max_device_len) for r in added])))
-                elif kind == "record":  # from now on, keep every step (and its logits if payload)
-                    recorder = recorder or BatchRecorder(engine)
-                    recorder.keep_logits = bool(payload)
+                elif kind == "record":  # from now on, keep every step (and its logits if payload); None: stop
+                    if recorder is not None:
+                        recorder.detach()
+                    recorder = None if payload is None else BatchRecorder(engine, payload)
                 elif kind == "report":
                     records, logits = recorder.take() if recorder else ([], [])
                     replies.put(("report", rank, RankReport(rank, device, shard_shapes(engine.model), records, logits)))
@@ -422,8 +428,9 @@ class RankGroup:
                     left -= 1
         return out
 
-    def record(self, logits: bool = False) -> None:
-        """Make every rank record each step it runs from now on (and the step's logits if asked)."""
+    def record(self, logits: bool | None = False) -> None:
+        """Make every rank record each step it runs from now on (and the step's logits if asked);
+        `None` stops recording (recording syncs the host every step: keep it out of timings)."""
         self.publish("record", logits)
 
     def reports(self) -> list[RankReport]:

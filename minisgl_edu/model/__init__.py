@@ -7,7 +7,7 @@ import re
 
 import torch
 
-from .llama import LlamaForCausalLM
+from .llama import LlamaForCausalLM, check_tp  # noqa: F401  (check_tp: chapter 8, used by the offline API)
 
 SUPPORTED = ("llama", "qwen2", "qwen3")
 
@@ -39,8 +39,8 @@ def build_model(cfg, device: torch.device, dtype: torch.dtype, max_positions: in
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.data.fill_(1.0)
-            else:  # drawn on the CPU so every device and TP rank sees the same numbers
-                p.data.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+            else:  # drawn in full on the CPU, then sliced: every device and TP rank sees the same model
+                p.load_full(p.data, torch.randn(p.full_shape, generator=gen) * 0.02)
     else:
         load_weights(model, path)
     return model.eval()

@@ -2,7 +2,9 @@
 
 Each parameter carries a `load(param, tensor_slice, part)` function that picks this rank's shard
 from a checkpoint tensor (a safetensors slice, so a rank reads only what it needs). With tp size 1
-every shard is the whole tensor.
+every shard is the whole tensor. `full_shape` and `load_full(param, full)` describe the unsharded
+parameter (merged parts stacked), so random weights can be drawn once in full and sliced: every
+rank then holds a piece of the *same* model.
 """
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ from torch import nn
 from ..tp import all_gather_last_dim, all_reduce, get_tp_info, shard_range
 
 
-def _param(*shape: int, load=None) -> nn.Parameter:
+def _param(*shape: int, load=None, full_shape: tuple[int, ...] | None = None, load_full=None) -> nn.Parameter:
     p = nn.Parameter(torch.empty(*shape), requires_grad=False)
     p.load = load or (lambda param, sl, part=None: param.copy_(sl[:]))
+    p.full_shape = full_shape or tuple(shape)  # the shape at tp size 1
+    p.load_full = load_full or (lambda param, full: p.load(param, full))
     return p
 
 
@@ -39,13 +43,19 @@ class ColumnParallelLinear(nn.Module):
         super().__init__()
         self.parts = parts
         self.offsets = [sum(p[1] for p in parts[:i]) for i in range(len(parts))]
-        out = sum(p[1] for p in parts)
-        self.weight = _param(out, in_features, load=self._load)
-        self.bias = _param(out, load=self._load) if bias else None
+        out, full = sum(p[1] for p in parts), sum(p[0] for p in parts)
+        self.weight = _param(out, in_features, load=self._load, full_shape=(full, in_features), load_full=self._load_full)
+        self.bias = _param(out, load=self._load, full_shape=(full,), load_full=self._load_full) if bias else None
 
     def _load(self, param: torch.Tensor, sl, part: int = 0) -> None:
         _, n, start = self.parts[part]
         param.narrow(0, self.offsets[part], n).copy_(sl[start:start + n])
+
+    def _load_full(self, param: torch.Tensor, full: torch.Tensor) -> None:
+        row = 0
+        for i, (rows, _, _) in enumerate(self.parts):  # the full matrix stacks the parts: q|k|v, gate|up
+            self._load(param, full[row:row + rows], i)
+            row += rows
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(x, self.weight, self.bias)
@@ -62,7 +72,7 @@ class RowParallelLinear(nn.Module):
     def __init__(self, in_features: int, out_features: int, bias: bool = False):
         super().__init__()
         self.start, end = shard_range(in_features)
-        self.weight = _param(out_features, end - self.start, load=self._load)
+        self.weight = _param(out_features, end - self.start, load=self._load, full_shape=(out_features, in_features))
         self.bias = _param(out_features) if bias else None
 
     def _load(self, param, sl, part=None) -> None:
@@ -82,7 +92,7 @@ class VocabParallelEmbedding(nn.Module):
         self.per_rank = -(-vocab // tp.size)
         self.start = tp.rank * self.per_rank
         self.vocab = vocab
-        self.weight = _param(self.per_rank, dim, load=self._load)
+        self.weight = _param(self.per_rank, dim, load=self._load, full_shape=(vocab, dim))
 
     def _load(self, param, sl, part=None) -> None:
         n = max(0, min(self.vocab - self.start, self.per_rank))

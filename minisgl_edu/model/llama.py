@@ -8,28 +8,36 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..tp import get_tp_info, shard_range
+from ..tp import DistributedInfo, get_tp_info
 from .layers import (ColumnParallelLinear, ParallelLMHead, RMSNorm, RotaryEmbedding, RowParallelLinear,
                      VocabParallelEmbedding)
 
 
-def head_layout(num_heads: int, num_kv_heads: int) -> tuple[int, int, int, int]:
+def head_layout(num_heads: int, num_kv_heads: int, tp: DistributedInfo | None = None) -> tuple[int, int, int, int]:
     """(q heads per rank, first q head, kv heads per rank, first kv head) for this TP rank.
     KV heads are split when tp divides them and replicated when tp exceeds them."""
-    tp = get_tp_info()
+    tp = tp or get_tp_info()
     if num_heads % tp.size:
-        raise ValueError(f"tp={tp.size} must divide the model's {num_heads} query heads")
+        raise ValueError(f"tp={tp.size} does not divide the model's {num_heads} query heads "
+                         f"({num_heads} % {tp.size} = {num_heads % tp.size}); pick a tp size that divides {num_heads}")
     if tp.size <= num_kv_heads:
         if num_kv_heads % tp.size:
-            raise ValueError(f"tp={tp.size} must divide the model's {num_kv_heads} KV heads")
+            raise ValueError(f"tp={tp.size} does not divide the model's {num_kv_heads} KV heads")
         kv = num_kv_heads // tp.size
         kv_start = tp.rank * kv
-    else:
+    else:  # more ranks than KV heads: each rank keeps one KV head, shared by tp / num_kv_heads ranks
         if tp.size % num_kv_heads:
-            raise ValueError(f"tp={tp.size} must be a multiple of the model's {num_kv_heads} KV heads")
+            raise ValueError(f"tp={tp.size} is not a multiple of the model's {num_kv_heads} KV heads")
         kv, kv_start = 1, tp.rank // (tp.size // num_kv_heads)
     q = num_heads // tp.size
     return q, tp.rank * q, kv, kv_start
+
+
+def check_tp(cfg, size: int) -> None:
+    """Raise ValueError, naming the numbers, if a model cannot be split over `size` ranks."""
+    head_layout(cfg.num_attention_heads, cfg.num_key_value_heads, DistributedInfo(0, size))
+    if cfg.intermediate_size % size:
+        raise ValueError(f"tp={size} does not divide the model's intermediate size {cfg.intermediate_size}")
 
 
 class Attention(nn.Module):
