@@ -19,8 +19,10 @@ import torch
 
 from .default_model import default_model_path
 from .engine import Engine, EngineConfig
+from .model import check_tp, load_config
 from .req import SamplingParams
 from .scheduler import Scheduler
+from .tp import RankGroup
 
 log = logging.getLogger("minisgl_edu")
 
@@ -56,22 +58,40 @@ class LLM:
                  dummy_weights: bool = False, tp: int = 1, overlap: bool | None = None,
                  cuda_graph_max_bs: int = 256, max_running_reqs: int = 256, max_total_tokens: int | None = None,
                  max_seq_len: int | None = None, attention: str | None = None, seed: int = 0):
-        if tp != 1:
-            raise NotImplementedError("tp > 1 runs through `python -m minisgl_edu.serve --tp N` (chapter 8)")
+        if tp < 1:
+            raise ValueError(f"tp must be >= 1, got {tp}")
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model_path = resolve_model(model)
-        self.engine = Engine(EngineConfig(self.model_path, device, dtype, page_size, max_running_reqs, max_seq_len,
-                                          max_total_tokens, dummy_weights=dummy_weights, attention=attention,
-                                          cuda_graph_max_bs=cuda_graph_max_bs, seed=seed))
-        self.tokenizer = None
-        try:
-            from transformers import AutoTokenizer
-            self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        except Exception as e:  # a config-only folder (dummy weights) may have no tokenizer: ids still work
-            log.warning("no tokenizer in %s (%s): pass token ids", self.model_path, e)
+        engine_cfg = EngineConfig(self.model_path, device, dtype, page_size, max_running_reqs, max_seq_len,
+                                  max_total_tokens, dummy_weights=dummy_weights, attention=attention,
+                                  cuda_graph_max_bs=cuda_graph_max_bs, seed=seed)
+        self.tp, self.ranks = tp, None
+        self._uids = itertools.count()
+        if tp > 1:  # chapter 8: every rank is a child process running this same engine + scheduler
+            check_tp(load_config(self.model_path), tp)  # refuse a bad split here, before any process starts
+            self.engine = self.scheduler = None
+            self.tokenizer = self._load_tokenizer()
+            overlap = torch.device(device).type == "cuda" if overlap is None else overlap
+            self.ranks = RankGroup(tp, engine_cfg, dict(max_prefill_tokens=max_prefill_tokens, cache=cache,
+                                   overlap=overlap, eos_token_ids=eos_ids(self.model_path, self.tokenizer)))
+            return
+        self.engine = Engine(engine_cfg)
+        self.tokenizer = self._load_tokenizer()
         overlap = self.engine.device.type == "cuda" if overlap is None else overlap
         self.scheduler = Scheduler(self.engine, max_prefill_tokens, cache, overlap, eos_ids(self.model_path, self.tokenizer))
-        self._uids = itertools.count()
+
+    def _load_tokenizer(self):
+        try:
+            from transformers import AutoTokenizer
+            return AutoTokenizer.from_pretrained(self.model_path)
+        except Exception as e:  # a config-only folder (dummy weights) may have no tokenizer: ids still work
+            log.warning("no tokenizer in %s (%s): pass token ids", self.model_path, e)
+            return None
+
+    def close(self) -> None:
+        """Stop the rank processes (tp > 1); a no-op for tp == 1."""
+        if self.ranks is not None:
+            self.ranks.close()
 
     def encode(self, prompt: str | list[int], chat: bool) -> list[int]:
         if isinstance(prompt, (list, tuple)):
@@ -94,6 +114,13 @@ class LLM:
         params = params if isinstance(params, list) else [params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
+        if self.ranks is not None:  # rank 0's tokens; every rank computed the same ones
+            reqs = [(next(self._uids), self.encode(p, chat), sp) for p, sp in zip(prompts, params)]
+            outs = self.ranks.generate(reqs)
+            if any(outs[uid]["clamped"] for uid, _, _ in reqs):
+                warnings.warn("max_tokens cut to fit the context")
+            return [{"text": self.decode(outs[uid]["token_ids"]), "token_ids": outs[uid]["token_ids"],
+                     "finish_reason": outs[uid]["finish_reason"], "prompt_tokens": len(ids)} for uid, ids, _ in reqs]
         sched = self.scheduler
         uids, reqs = [], []
         try:  # validate everything first: a bad prompt queues nothing
