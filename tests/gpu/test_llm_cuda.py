@@ -59,3 +59,20 @@ def test_overlap_on_off_identical_greedy_tokens(smol):
     assert same == len(prompts)
     assert [len(t) for t in runs[True]] == [p.max_tokens for p in params]
 
+
+
+def test_gpu_sampling_seeded_and_filtered(smol):
+    """Temperature / top-k / top-p on the device: seeded requests repeat themselves, top_k=1 at any
+    temperature is greedy, and sampling does move away from greedy."""
+    prompts, _ = workload(6, smol.engine.vocab_size, seed=3)
+
+    def gen(sp):  # a fresh prefix cache each time: every run computes the same shapes
+        fresh_scheduler(smol, True)
+        return [o["token_ids"] for o in smol.generate(prompts, sp, use_tqdm=False)]
+
+    greedy = gen(SamplingParams(max_tokens=12, ignore_eos=True))
+    assert gen(SamplingParams(temperature=1.5, top_k=1, max_tokens=12, ignore_eos=True)) == greedy
+    sp = SamplingParams(temperature=0.9, top_k=50, top_p=0.9, max_tokens=12, ignore_eos=True, seed=123)
+    first = gen(sp)
+    assert gen(sp) == first
+    assert first != greedy  # it did sample
