@@ -83,3 +83,22 @@ def test_every_notebook_is_a_page(site):
         assert "Summary" in html and "Exercise" in html, f"{stem}: rendered page lacks its Summary/Exercises"
     html = (site / "notebooks" / "02_req_and_batch" / "index.html").read_text()
     assert "cached_len" in html and "hardware:" in html  # the committed outputs are shown
+
+
+@pytest.mark.parametrize("stem", ["02_req_and_batch", "03_prefill_budget", "04_pages", "05_radix_cache"])
+def test_notebook_follows_the_course_rules(stem):
+    """First code cell prints header(); no class is defined (the library's are imported); a Summary and
+    at least 3 exercises, each with an assert cell; the committed outputs are there and small."""
+    import nbformat
+    path = ROOT / "notebooks" / f"{stem}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "header()" in code[0].source and code[0].outputs, "the first code cell prints hardware, date, commit"
+    assert not [c for c in code if re.search(r"^\s*class\s", c.source, re.M)], "a notebook imports classes, never defines one"
+    md = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    assert "## Summary" in md and "## Exercises" in md
+    exercises = re.findall(r"\*\*Exercise (\d+)\.\*\*", md)
+    assert len(exercises) >= 3
+    assert sum("assert " in c.source for c in code[-2 * len(exercises):]) >= len(exercises), "each exercise has a check"
+    assert all(c.outputs or not c.source.strip() or c.execution_count for c in code), "commit it executed"
+    assert path.stat().st_size < 200_000, "keep stored outputs small"
