@@ -193,7 +193,8 @@ class BatchRecord:
 class BatchRecorder:
     """Wrap an engine's `forward` (and optionally its logits) to record every step it runs."""
 
-    def __init__(self, engine, keep_logits: bool = False):
+    def __init__(self, engine, keep_logits: bool = False, on_record=None):
+        self.on_record = on_record  # called with each record before its forward runs
         self.records: list[BatchRecord] = []
         self.logits: list[torch.Tensor] = []
         self.keep_logits = keep_logits
@@ -204,6 +205,8 @@ class BatchRecorder:
             rec = BatchRecord(batch.phase, tuple(q.uid for q in r), tuple(q.cached_len for q in r),
                               tuple(q.extend_len for q in r), tuple(batch.out_loc.tolist()))
             self.records.append(rec)  # before the forward: a step that never finishes is still seen
+            if self.on_record is not None:
+                self.on_record(rec)
             tokens = forward(batch, *args, **kw)
             if tokens.is_cuda:  # the step may run on the engine's own stream: wait for it (a debugging aid)
                 torch.cuda.synchronize(tokens.device)
@@ -296,10 +299,11 @@ def _rank_main(rank: int, size: int, init_method: str, engine_cfg, sched_kw: dic
                             sched.abort(r.uid)
                     if rank == 0:
                         replies.put(("added", 0, (error, [(r.uid, r.clamped, r.max_device_len) for r in added])))
-                elif kind == "record":  # from now on, keep every step (and its logits if payload); None: stop
+                elif kind == "record":  # from now on, keep every step; payload: None (stop) or (logits, live)
                     if recorder is not None:
                         recorder.detach()
-                    recorder = None if payload is None else BatchRecorder(engine, payload)
+                    recorder = None if payload is None else BatchRecorder(
+                        engine, payload[0], (lambda rec: replies.put(("step", rank, rec))) if payload[1] else None)
                 elif kind == "report":
                     records, logits = recorder.take() if recorder else ([], [])
                     replies.put(("report", rank, RankReport(rank, device, shard_shapes(engine.model), records, logits)))
@@ -343,10 +347,12 @@ class RankGroup:
     same messages in the same step. Every wait has a limit and checks that the ranks are alive,
     so a dead or stuck rank raises `RankFailed` here instead of hanging."""
 
-    def __init__(self, size: int, engine_cfg, sched_kw: dict, use_count: bool = True, timeout_s: float = 600.0):
+    def __init__(self, size: int, engine_cfg, sched_kw: dict, use_count: bool = True, timeout_s: float = 600.0,
+                 startup_timeout_s: float = 900.0):
         import torch.multiprocessing as mp
         ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited threads, CUDA or process groups
         self.size, self.timeout_s = size, timeout_s
+        self.live_steps: list[tuple[int, BatchRecord]] = []  # (rank, record) as the ranks started them
         self.root = tempfile.mkdtemp(prefix="minisgl-tp-")  # mode 0700: the rendezvous file is ours alone
         init_method = f"file://{self.root}/init"
         self.inboxes = [ctx.Queue() for _ in range(size)]
@@ -358,7 +364,7 @@ class RankGroup:
         self._finalizer = weakref.finalize(self, _stop, self.procs, self.inboxes, self.root)
         for p in self.procs:
             p.start()
-        ready = self._collect("ready", size)
+        ready = self._collect("ready", size, startup_timeout_s)
         self.max_seq_len, self.num_pages = ready[0]
 
     def publish(self, kind: str, payload=None, ranks: list[int] | None = None) -> None:
@@ -366,9 +372,11 @@ class RankGroup:
         for r in range(self.size) if ranks is None else ranks:
             self.inboxes[r].put((kind, payload))
 
-    def _next(self, timeout_s: float | None = None):
-        """The next reply; raise RankFailed if a rank reported an error, died, or nothing came in time."""
-        deadline = time.monotonic() + (timeout_s or self.timeout_s)
+    def next_reply(self, timeout_s: float | None = None):
+        """The next reply; raise RankFailed if a rank reported an error, died, or nothing came in time.
+        The default limit is a backstop: a stuck collective raises inside the ranks after `timeout_s`."""
+        timeout_s = timeout_s or self.timeout_s + 60
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
                 kind, rank, payload = self.replies.get(timeout=0.2)
@@ -377,7 +385,10 @@ class RankGroup:
                 if dead:
                     self._fail(f"rank {dead[0][0]} exited with code {dead[0][1]}", {})
                 if time.monotonic() > deadline:
-                    self._fail(f"no reply from the ranks within {timeout_s or self.timeout_s:.0f} s", {})
+                    self._fail(f"no reply from the ranks within {timeout_s:.0f} s", {})
+                continue
+            if kind == "step":
+                self.live_steps.append((rank, payload))
                 continue
             if kind == "error":
                 tb, report = payload
@@ -387,6 +398,8 @@ class RankGroup:
                         k, r, p = self.replies.get(timeout=2.0)
                         if k == "error":
                             reports[r] = p[1]
+                        elif k == "step":
+                            self.live_steps.append((r, p))
                 except queue.Empty:
                     pass
                 dead = [f"rank {r} exited with code {p.exitcode}" for r, p in enumerate(self.procs)
@@ -398,10 +411,10 @@ class RankGroup:
         self.close()
         raise RankFailed(msg, reports)
 
-    def _collect(self, kind: str, n: int) -> list:
+    def _collect(self, kind: str, n: int, timeout_s: float | None = None) -> list:
         got = {}
         while len(got) < n:
-            k, rank, payload = self._next()
+            k, rank, payload = self.next_reply(timeout_s)
             if k != kind:
                 raise RuntimeError(f"expected {kind!r} from the ranks, got {k!r}")
             got[rank] = payload
@@ -411,7 +424,7 @@ class RankGroup:
         """Queue (uid, token ids, SamplingParams) on every rank and wait for rank 0's tokens.
         Returns {uid: {"token_ids", "finish_reason", "clamped"}}; raises ValueError as `add_request` does."""
         self.publish("reqs", requests)
-        kind, _, (error, added) = self._next()
+        kind, _, (error, added) = self.next_reply()
         if kind != "added":
             raise RuntimeError(f"expected 'added' from rank 0, got {kind!r}")
         if error is not None:
@@ -419,7 +432,7 @@ class RankGroup:
         out = {uid: {"token_ids": [], "finish_reason": None, "clamped": clamped} for uid, clamped, _ in added}
         left = len(out)
         while left:
-            kind, _, outs = self._next()
+            kind, _, outs = self.next_reply()
             for o in outs:
                 if o.token_id >= 0:
                     out[o.uid]["token_ids"].append(o.token_id)
@@ -428,10 +441,11 @@ class RankGroup:
                     left -= 1
         return out
 
-    def record(self, logits: bool | None = False) -> None:
-        """Make every rank record each step it runs from now on (and the step's logits if asked);
-        `None` stops recording (recording syncs the host every step: keep it out of timings)."""
-        self.publish("record", logits)
+    def record(self, logits: bool = False, live: bool = False, stop: bool = False) -> None:
+        """Make every rank record each step it runs from now on (and the step's logits if asked).
+        live: each rank also sends each step as it starts, into `self.live_steps` (seen even if the
+        rank then crashes). stop: stop recording (it syncs the host every step: keep it out of timings)."""
+        self.publish("record", None if stop else (logits, live))
 
     def reports(self) -> list[RankReport]:
         """Every rank's shard shapes and the steps it ran since the last report."""

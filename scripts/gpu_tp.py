@@ -43,7 +43,7 @@ def run(tp: int, out: pathlib.Path, n: int) -> None:
         same = all(r.records == records for r in reports)
         print(f"tp={tp}: every rank formed the same {len(records)} batches: {same}", flush=True)
         assert same
-        llm.ranks.record(None)
+        llm.ranks.record(stop=True)
     first = logits[0]  # the prefill step: one row per prompt
     params = [SamplingParams(max_tokens=o, ignore_eos=True) for o in out_lens]
     llm.generate(prompts[:8], SamplingParams(max_tokens=32, ignore_eos=True), use_tqdm=False)  # warm-up
