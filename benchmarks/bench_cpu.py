@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -91,7 +92,7 @@ def bench_throughput(n_new: int = 64) -> dict:
         hf.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=4, do_sample=False, pad_token_id=0)
     # ignore_eos for transformers: no EOS at all (min_new_tokens would instead forbid sampling it)
     no_eos = copy.deepcopy(hf.generation_config)
-    no_eos.update(eos_token_id=None, max_new_tokens=n_new, do_sample=False, pad_token_id=0)
+    no_eos.update(eos_token_id=[], max_new_tokens=n_new, do_sample=False, pad_token_id=0)
     t = time.perf_counter()
     hf_outs = []
     with torch.no_grad():
@@ -103,7 +104,7 @@ def bench_throughput(n_new: int = 64) -> dict:
     hf_tokens = sum(map(len, hf_outs))
     same = sum(a["token_ids"] == b for a, b in zip(outs, hf_outs))
     return dict(engine_tok_s=eng_tokens / eng_s, hf_tok_s=hf_tokens / hf_s, engine_s=eng_s, hf_s=hf_s,
-                tokens=eng_tokens, identical=same, n=len(prompts))
+                tokens=eng_tokens, hf_tokens=hf_tokens, identical=same, n=len(prompts))
 
 
 # ---- (b) scheduler overhead with a stub model ----------------------------------------------------
@@ -200,7 +201,8 @@ def main() -> None:
     hw, date, sha = hardware(), datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), commit()
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"hardware: {hw}\ndate: {date}\ncommit: {sha}\nload average (1 min) at start: {load:.2f}\n")
-    meta = dict(hardware=hw, date=date, commit=sha, load_avg_1min=round(load, 2))
+    meta = dict(hardware=hw, date=date, commit=sha, load_avg_1min=round(load, 2),
+                command="python3 benchmarks/bench_cpu.py " + " ".join(sys.argv[1:]))
     rows = []
     if not args.skip_throughput:
         r = bench_throughput()
@@ -208,7 +210,7 @@ def main() -> None:
         print("(a) default model, 8 concurrent requests x 64 new tokens (ignore_eos), float32")
         print(f"    {'':34}{'tokens':>8}{'seconds':>10}{'tokens/s':>10}")
         print(f"    {'minisgl_edu engine (batched)':34}{r['tokens']:>8}{r['engine_s']:>10.2f}{r['engine_tok_s']:>10.1f}")
-        print(f"    {'transformers generate, one by one':34}{r['tokens']:>8}{r['hf_s']:>10.2f}{r['hf_tok_s']:>10.1f}")
+        print(f"    {'transformers generate, one by one':34}{r['hf_tokens']:>8}{r['hf_s']:>10.2f}{r['hf_tok_s']:>10.1f}")
         print(f"    ratio engine / transformers: {ratio:.2f}x   (target >= 3x)")
         print(f"    greedy outputs identical to transformers: {r['identical']}/{r['n']}\n")
         rows += [dict(metric="cpu_engine_tokens_per_s", value=round(r["engine_tok_s"], 2), unit="tok/s", **meta),
