@@ -78,13 +78,22 @@ class TimelineStats:
     gap_ms: list[float]  # GPU idle before each step (after the first)
 
 
+def gaps_and_idle_share(steps_ms: list[tuple[float, float]]) -> tuple[list[float], float]:
+    """GPU steps as (start, end) in ms -> (the gap before each step after the first, idle share):
+    the gaps summed over the span from the first start to the last end."""
+    gaps = [max(0.0, b[0] - a[1]) for a, b in zip(steps_ms, steps_ms[1:])]
+    span = steps_ms[-1][1] - steps_ms[0][0]
+    return gaps, (sum(gaps) / span if span > 0 else 0.0)
+
+
 def timeline_stats(timeline: list, first: int = 0) -> TimelineStats:
     """From Engine.timeline [(cpu t0, cpu t1, gpu start event, gpu end event)], steps first.. (synchronize first)."""
     tl = timeline[first:]
-    step = [a.elapsed_time(b) for _, _, a, b in tl]
-    gaps = [max(0.0, tl[i][3].elapsed_time(tl[i + 1][2])) for i in range(len(tl) - 1)]
-    span = tl[0][2].elapsed_time(tl[-1][3])
-    return TimelineStats(len(tl), sum(step) / 1e3, span / 1e3, sum(gaps) / span if span > 0 else 0.0, step, gaps)
+    origin = tl[0][2]
+    steps = [(origin.elapsed_time(a), origin.elapsed_time(b)) for _, _, a, b in tl]  # ms from the first start
+    gaps, idle = gaps_and_idle_share(steps)
+    span = steps[-1][1] - steps[0][0]
+    return TimelineStats(len(tl), sum(e - s for s, e in steps) / 1e3, span / 1e3, idle, [e - s for s, e in steps], gaps)
 
 
 def aligned_timeline(timeline: list) -> list[tuple[float, float, float, float]]:
