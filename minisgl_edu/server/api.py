@@ -165,6 +165,7 @@ class Frontend:
         self.uids = itertools.count()
         self.queues: dict[int, asyncio.Queue] = {}
         self.dead: str | None = None  # set by the launcher's watchdog when a worker dies
+        self.pids: dict[str, int] = {}  # worker name -> pid, shown by /health
         self.loop: asyncio.AbstractEventLoop | None = None
 
     def send(self, msg) -> None:
@@ -217,6 +218,21 @@ async def next_reply(q: asyncio.Queue, request: Request):
                 return None
 
 
+class BodyLimit:
+    """413 for a body over MAX_BODY_BYTES. Plain ASGI: FastAPI's `@app.middleware("http")` wraps `receive`
+    so that a streaming handler would see a false client disconnect."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        size = dict(scope.get("headers", [])).get(b"content-length", b"") if scope["type"] == "http" else b""
+        if size.isdigit() and int(size) > MAX_BODY_BYTES:
+            return await error_json(413, f"the body exceeds {MAX_BODY_BYTES} bytes", "body_too_large")(scope, receive,
+                                                                                                     send)
+        await self.app(scope, receive, send)
+
+
 # ---- the app ------------------------------------------------------------------------------------
 def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
     @asynccontextmanager
@@ -248,12 +264,7 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
     async def _http(request, e: StarletteHTTPException):
         return error_json(e.status_code, str(e.detail))
 
-    @app.middleware("http")
-    async def _body_limit(request: Request, call_next):
-        size = request.headers.get("content-length")
-        if size is not None and size.isdigit() and int(size) > MAX_BODY_BYTES:
-            return error_json(413, f"the body exceeds {MAX_BODY_BYTES} bytes", "body_too_large")
-        return await call_next(request)
+    app.add_middleware(BodyLimit)
 
     def check_key(request: Request) -> None:
         if cfg.api_key is None:
@@ -274,7 +285,7 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
     async def health():
         if frontend.dead:
             return JSONResponse({"status": "unhealthy", "reason": frontend.dead}, 503)
-        return {"status": "ok"}
+        return {"status": "ok", "workers": frontend.pids}
 
     @app.get("/v1/models", dependencies=[Depends(check_key)])
     async def models():

@@ -134,6 +134,7 @@ def serve_http(cfg: ServerConfig) -> int:
     died: list[str] = []
     try:
         frontend = Frontend(workers.addrs, cfg)
+        frontend.pids = {p.name: p.pid for p in workers.procs}
         server = uvicorn.Server(uvicorn.Config(create_app(cfg, frontend), host=cfg.host, port=cfg.port,
                                                log_level="warning", timeout_graceful_shutdown=2))
 

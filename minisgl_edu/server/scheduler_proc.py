@@ -108,7 +108,9 @@ def run_scheduler(rank: int, cfg: ServerConfig, addrs: Addresses, parent_pid: in
     setup_child(name, parent_pid)
     try:
         if cfg.device == "cpu":
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.tp))  # ranks share the cores
+            # ranks share the cores, and one is left to the API and tokenizers: oversubscribed torch threads
+            # spin-wait on each other (on 2 busy cores, 2 threads decode ~9x slower than 1)
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.tp - 1))
         tp.init_distributed(rank, cfg.tp, f"cuda:{rank}" if cfg.device == "cuda" else cfg.device, addrs.tp_init)
         sched = build_scheduler(cfg, rank)
         io = RankIO(rank, cfg.tp, addrs)

@@ -1,0 +1,318 @@
+"""Chapters 1 and 9: the real server — real processes, ZMQ on ipc://, HTTP on 127.0.0.1 only.
+
+One server on the default model for most tests (module-scoped), and one with `--tp 3 --api-key`
+that ends by being killed (the watchdog test). Expected texts come from the offline `LLM` on the
+same weights, so nothing here is hard-coded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import psutil
+import pytest
+
+from minisgl_edu import LLM, SamplingParams
+from minisgl_edu.server.tokenizer import DecodeState, detokenize_next
+
+QUESTION = "What is the capital of France?"
+N = 24
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *args: str, timeout: float = 300.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = open(os.devnull, "w") if os.environ.get("MINISGL_TEST_QUIET") else None
+        self.proc = subprocess.Popen([sys.executable, "-m", "minisgl_edu.serve", "--port", str(self.port), *args],
+                                     stdout=self.log, stderr=self.log)
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode} while starting")
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("server did not come up")
+            time.sleep(0.5)
+        self.children = psutil.Process(self.proc.pid).children(recursive=True)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        for c in getattr(self, "children", []):  # a test failure must never leave workers behind
+            try:
+                c.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
+def no_survivors(children: list[psutil.Process]) -> bool:
+    """True once every former child has exited (the resource tracker needs a moment after its parent)."""
+    _, alive = psutil.wait_procs(children, timeout=5)
+    return not [c for c in alive if c.status() != psutil.STATUS_ZOMBIE]
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server()
+    yield s
+    s.stop()
+    assert s.proc.returncode == 0  # SIGTERM is a clean shutdown
+    assert no_survivors(s.children)
+
+
+@pytest.fixture(scope="module")
+def llm(model_path):
+    return LLM(model_path, device="cpu")
+
+
+def chat_body(content: str, **kw) -> dict:
+    return {"messages": [{"role": "user", "content": content}], "temperature": 0, "max_tokens": N, **kw}
+
+
+def stream_text(url: str, body: dict, headers: dict | None = None) -> tuple[str, list[dict]]:
+    """POST with stream=true; return the concatenated text and every chunk."""
+    chunks, text = [], []
+    with httpx.stream("POST", url, json={**body, "stream": True}, headers=headers, timeout=300) as r:
+        assert r.status_code == 200, r.read()
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            c = json.loads(line[6:])
+            chunks.append(c)
+            for ch in c.get("choices", []):
+                text.append(ch.get("delta", {}).get("content") or ch.get("text") or "")
+    return "".join(text), chunks
+
+
+# ---- detokenization (no processes) ---------------------------------------------------------------
+def test_incremental_detokenization_never_splits_a_character(tokenizer):
+    text = "Tokyo is 東京 (日本語) 🙂 — déjà vu, naïve café."
+    ids = tokenizer.encode(text)
+    assert len(ids) > len(tokenizer.decode(ids).split()), "some characters should span several tokens"
+    st, pieces = DecodeState(), []
+    for i, t in enumerate(ids):
+        pieces.append(detokenize_next(tokenizer, st, t, final=i == len(ids) - 1))
+    assert all("\ufffd" not in p for p in pieces)
+    assert "".join(pieces) == tokenizer.decode(ids, skip_special_tokens=True) == text
+    assert sum(p == "" for p in pieces) >= 2  # some tokens were held back: half a character
+
+
+# ---- the default server --------------------------------------------------------------------------
+def test_openai_client_stream_equals_nonstream_equals_offline(server, llm):
+    from openai import OpenAI
+    client = OpenAI(base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300)
+    expect = llm.generate([QUESTION], SamplingParams(max_tokens=N), chat=True, use_tqdm=False)[0]
+    full = client.chat.completions.create(model="SmolLM2-135M-Instruct", temperature=0, max_tokens=N,
+                                          messages=[{"role": "user", "content": QUESTION}])
+    text = full.choices[0].message.content
+    stream = client.chat.completions.create(model="SmolLM2-135M-Instruct", temperature=0, max_tokens=N,
+                                            messages=[{"role": "user", "content": QUESTION}], stream=True,
+                                            stream_options={"include_usage": True})
+    parts, finish, usage = [], None, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for ch in chunk.choices:
+            parts.append(ch.delta.content or "")
+            finish = ch.finish_reason or finish
+    assert text == "".join(parts) == expect["text"]
+    assert full.choices[0].finish_reason == finish == expect["finish_reason"]
+    assert full.usage.completion_tokens == usage.completion_tokens == len(expect["token_ids"])
+    assert full.usage.prompt_tokens == usage.prompt_tokens == expect["prompt_tokens"]
+    assert full.usage.total_tokens == full.usage.prompt_tokens + full.usage.completion_tokens
+    assert len([p for p in parts if p]) > 1  # it really streamed, token by token
+
+
+def test_completions_stop_strings_and_models(server, llm):
+    prompt = "1, 2, 3, 4,"
+    expect = llm.generate([prompt], SamplingParams(max_tokens=12), use_tqdm=False)[0]
+    body = {"prompt": prompt, "max_tokens": 12, "temperature": 0}
+    r = httpx.post(server.url + "/v1/completions", json=body, timeout=300).json()
+    assert r["choices"][0]["text"] == expect["text"]
+    assert r["choices"][0]["finish_reason"] == expect["finish_reason"]
+    assert stream_text(server.url + "/v1/completions", body)[0] == expect["text"]
+    stop = expect["text"][len(expect["text"]) // 2:][:3]  # a stop string from the middle of the answer
+    assert stop.strip(), expect["text"]
+    cut = expect["text"][:expect["text"].index(stop)]
+    for text in (httpx.post(server.url + "/v1/completions", json={**body, "stop": [stop]}, timeout=300)
+                 .json()["choices"][0]["text"], stream_text(server.url + "/v1/completions", {**body, "stop": stop})[0]):
+        assert text == cut
+    models = httpx.get(server.url + "/v1/models").json()
+    assert [m["id"] for m in models["data"]] == ["SmolLM2-135M-Instruct"]
+
+
+def test_16_concurrent_streams(server, llm):
+    prompts = [f"Count from {i} to {i + 5}, separated by commas:" for i in range(16)]
+    expect = llm.generate(prompts, SamplingParams(max_tokens=16), use_tqdm=False)
+    got: dict[int, tuple[str, list[dict]]] = {}
+    errors = []
+
+    def run(i: int) -> None:
+        try:
+            got[i] = stream_text(server.url + "/v1/completions", {"prompt": prompts[i], "max_tokens": 16,
+                                                                  "temperature": 0})
+        except Exception as e:  # surfaced below
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    ids = set()
+    for i in range(16):
+        text, chunks = got[i]
+        assert text == expect[i]["text"], i
+        assert len({c["id"] for c in chunks}) == 1  # one request's chunks only
+        ids |= {c["id"] for c in chunks}
+    assert len(ids) == 16
+
+
+BAD = [
+    ("invalid JSON", b"{not json", 400),
+    ("not an object", b"[1, 2]", 422),
+    ("missing messages", {"max_tokens": 4}, 422),
+    ("messages wrong type", {"messages": "hello"}, 422),
+    ("content wrong type", {"messages": [{"role": "user", "content": 5}]}, 422),
+    ("max_tokens wrong type", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": "many"}, 422),
+    ("empty messages", {"messages": []}, 400),
+    ("max_tokens 0", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}, 400),
+    ("max_tokens negative", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": -5}, 400),
+    ("temperature < 0", {"messages": [{"role": "user", "content": "hi"}], "temperature": -0.1}, 400),
+    ("top_p 0", {"messages": [{"role": "user", "content": "hi"}], "top_p": 0}, 400),
+    ("top_p > 1", {"messages": [{"role": "user", "content": "hi"}], "top_p": 1.5}, 400),
+    ("n > 1", {"messages": [{"role": "user", "content": "hi"}], "n": 2}, 400),
+    ("logprobs", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400),
+    ("prompt longer than the context", {"messages": [{"role": "user", "content": "hello " * 9000}]}, 413),
+    ("unknown model", {"messages": [{"role": "user", "content": "hi"}], "model": "gpt-9"}, 404),
+]
+
+
+def test_bad_inputs_get_4xx_json_and_the_server_keeps_serving(server, llm):
+    for name, body, status in BAD:
+        kw = {"content": body, "headers": {"content-type": "application/json"}} if isinstance(body, bytes) \
+            else {"json": body}
+        for stream in (False, True):
+            if stream and isinstance(body, dict):
+                kw = {"json": {**body, "stream": True}}
+            r = httpx.post(server.url + "/v1/chat/completions", timeout=300, **kw)
+            assert r.status_code == status, (name, r.status_code, r.text)
+            err = r.json()["error"]
+            assert err["message"] and err["type"], name
+    r = httpx.post(server.url + "/v1/completions", json={"prompt": "", "max_tokens": 4}, timeout=60)
+    assert r.status_code == 400
+    # an absurd max_tokens is clamped to the context, with a warning, not refused
+    r = httpx.post(server.url + "/v1/chat/completions", json=chat_body(QUESTION, max_tokens=10**30), timeout=300)
+    assert r.status_code == 200 and "max_tokens" in r.headers["x-minisgl-warning"]
+    assert r.json()["warnings"] and r.json()["choices"][0]["finish_reason"] == "stop"
+    # and the server still answers correctly
+    expect = llm.generate([QUESTION], SamplingParams(max_tokens=N), chat=True, use_tqdm=False)[0]["text"]
+    r = httpx.post(server.url + "/v1/chat/completions", json=chat_body(QUESTION), timeout=300)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == expect
+    assert httpx.get(server.url + "/health").status_code == 200
+
+
+def stats(url: str) -> dict:
+    return httpx.get(url + "/debug/stats", timeout=60).json()
+
+
+def test_client_disconnect_aborts_and_frees_pages(server):
+    body = chat_body("Write a very long story about a dragon.", max_tokens=4000, ignore_eos=True, stream=True)
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=300) as r:
+        seen, during = 0, None
+        for line in r.iter_lines():
+            seen += line.startswith("data: ")
+            if seen == 4:  # still reading: the request is live and holds pages
+                during = stats(server.url)
+            if seen >= 6:
+                break  # leaving the iterator closes the connection (httpx), as a client that goes away
+    assert during["live_reqs"] == 1 and during["integrity"] == "busy"
+    # the connection is closed: the API sends AbortMsg, the scheduler frees the request's pages
+    deadline = time.monotonic() + 30
+    while (s := stats(server.url))["live_reqs"] != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert s["live_reqs"] == 0 and s["integrity"] == "ok", s
+    assert s["free_pages"] + s["cached_pages"] == s["num_pages"]
+
+
+# ---- TP ranks, the API key, and a dying worker ---------------------------------------------------
+def test_tp3_key_and_watchdog(llm):
+    # the default model has 9 query heads and 3 KV heads: tp=3 is the smallest split it allows
+    srv = Server("--tp", "3", "--api-key", "s3cret", "--num-tokenizers", "2")
+    try:
+        key = {"Authorization": "Bearer s3cret"}
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            r = httpx.post(srv.url + "/v1/chat/completions", json=chat_body(QUESTION), headers=headers, timeout=60)
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(srv.url + "/v1/models").status_code == 401
+        assert httpx.get(srv.url + "/health").status_code == 200  # health is not guarded
+        expect = llm.generate([QUESTION], SamplingParams(max_tokens=N), chat=True, use_tqdm=False)[0]["text"]
+        r = httpx.post(srv.url + "/v1/chat/completions", json=chat_body(QUESTION), headers=key, timeout=300)
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == expect
+        assert stream_text(srv.url + "/v1/chat/completions", chat_body(QUESTION), key)[0] == expect
+        assert len(srv.children) >= 3 + 2 + 1  # 3 ranks, 2 tokenizers, 1 detokenizer (+ resource tracker)
+        pids = httpx.get(srv.url + "/health").json()["workers"]
+        assert sorted(pids) == ["detokenizer", "scheduler-rank0", "scheduler-rank1", "scheduler-rank2",
+                                "tokenizer-0", "tokenizer-1"]
+
+        # a long request in flight when the scheduler dies must end with an error, not hang
+        in_flight: dict = {}
+
+        def long_request() -> None:
+            body = chat_body("Tell me a long story.", max_tokens=4000, ignore_eos=True, stream=True)
+            try:
+                with httpx.stream("POST", srv.url + "/v1/chat/completions", json=body, headers=key, timeout=60) as r:
+                    for line in r.iter_lines():
+                        in_flight["chunks"] = in_flight.get("chunks", 0) + 1
+                        if '"error"' in line:
+                            in_flight["error"] = line
+            except httpx.HTTPError as e:
+                in_flight["error"] = repr(e)
+        t = threading.Thread(target=long_request)
+        t.start()
+        deadline = time.monotonic() + 120
+        while in_flight.get("chunks", 0) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+        # kill scheduler rank 0: /health turns 503, the launcher exits non-zero within 10 s, no child survives
+        t0 = time.monotonic()
+        psutil.Process(pids["scheduler-rank0"]).kill()
+        saw_503 = False
+        while srv.proc.poll() is None and time.monotonic() - t0 < 15:
+            try:
+                saw_503 |= httpx.get(srv.url + "/health", timeout=1).status_code == 503
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        elapsed = time.monotonic() - t0
+        assert srv.proc.poll() not in (None, 0) and elapsed < 10, (srv.proc.returncode, elapsed)
+        assert saw_503
+        t.join(30)
+        assert "error" in in_flight, in_flight
+        assert no_survivors(srv.children)
+    finally:
+        srv.stop()
