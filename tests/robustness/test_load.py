@@ -1,0 +1,96 @@
+"""Robustness — load: 64 concurrent streaming clients, a quarter of them walking away mid-stream.
+
+Every surviving stream must be complete and equal to the same greedy request answered without
+streaming; every abandoned request must be aborted (its pages freed, the integrity check passing);
+and a second identical round must not grow the server's memory.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+
+import httpx
+import pytest
+
+from conftest import SOAK
+
+CLIENTS = 64
+LEAVERS = CLIENTS // 4
+MAX_TOKENS = 16
+LEAVER_MAX_TOKENS = 1000  # clamped to the context: ~1000 decode steps, minutes on a CPU, unless aborted
+ROUNDS = 6 if SOAK else 2
+
+
+def body(i: int, stream: bool, max_tokens: int = MAX_TOKENS) -> dict:
+    return {"messages": [{"role": "user", "content": f"Write one short sentence about the number {i}."}],
+            "max_tokens": max_tokens, "temperature": 0, "stream": stream, "ignore_eos": max_tokens != MAX_TOKENS}
+
+
+async def stream_one(client: httpx.AsyncClient, i: int, leave_after: int | None) -> dict:
+    """Stream request i; with leave_after, close the connection after that many chunks."""
+    text, finish, chunks, done = [], None, 0, False
+    payload = body(i, True, LEAVER_MAX_TOKENS if leave_after is not None else MAX_TOKENS)
+    async with client.stream("POST", "/v1/chat/completions", json=payload) as r:
+        assert r.status_code == 200, await r.aread()
+        async for line in r.aiter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = line[len("data: "):]
+            if data == "[DONE]":
+                done = True
+                break
+            chunk = json.loads(data)
+            assert "error" not in chunk, chunk
+            choice = chunk["choices"][0]
+            text.append(choice["delta"].get("content") or "")
+            finish = choice["finish_reason"] or finish
+            chunks += 1
+            if leave_after is not None and chunks >= leave_after:
+                break  # leaving the `async with` closes the connection mid-stream
+    return {"i": i, "text": "".join(text), "finish": finish, "done": done, "left": leave_after is not None}
+
+
+async def one_round(url: str, leavers: dict[int, int]) -> list[dict]:
+    limits = httpx.Limits(max_connections=CLIENTS + 8, max_keepalive_connections=0)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+        return await asyncio.wait_for(
+            asyncio.gather(*(stream_one(client, i, leavers.get(i)) for i in range(CLIENTS))), timeout=600)
+
+
+async def references(url: str) -> dict[int, str]:
+    async with httpx.AsyncClient(base_url=url, timeout=600,
+                                 limits=httpx.Limits(max_connections=CLIENTS + 8)) as client:
+        rs = await asyncio.gather(*(client.post("/v1/chat/completions", json=body(i, False)) for i in range(CLIENTS)))
+    out = {}
+    for i, r in enumerate(rs):
+        assert r.status_code == 200, r.text
+        out[i] = r.json()["choices"][0]["message"]["content"]
+    return out
+
+
+def test_64_streams_with_disconnects_complete_correctly_and_free_everything(server):
+    rng = random.Random(0)
+    leavers = {i: rng.randint(1, 8) for i in rng.sample(range(CLIENTS), LEAVERS)}  # who leaves, after how many chunks
+    expected = asyncio.run(references(server.url))
+    first = server.wait_idle()
+    rss = []
+    for rnd in range(ROUNDS):
+        results = asyncio.run(one_round(server.url, leavers))
+        for res in results:
+            if res["left"]:
+                continue
+            assert res["done"] and res["finish"] in ("stop", "length"), res
+            assert res["text"] == expected[res["i"]], f"stream {res['i']} differs from the non-streamed answer"
+        # the leavers asked for ~1000 tokens each: only aborts can make the server idle this soon
+        stats = server.wait_idle(timeout=30)
+        assert stats["integrity"] == "ok", stats
+        assert stats["free_pages"] + stats["cached_pages"] == stats["num_pages"], stats
+        assert server.healthy()
+        rss.append(server.rss())
+    print(f"\nRSS after each round (MB): {[round(r / 2**20) for r in rss]}; "
+          f"pages free/cached/total: {stats['free_pages']}/{stats['cached_pages']}/{stats['num_pages']} "
+          f"(before the rounds: {first['free_pages']}/{first['cached_pages']})")
+    assert rss[1] <= rss[0] * 1.05, f"RSS grew from {rss[0]} to {rss[1]} bytes between identical rounds"
+    if SOAK:
+        assert rss[-1] <= rss[1] * 1.05, f"RSS kept growing over {ROUNDS} rounds: {rss}"
