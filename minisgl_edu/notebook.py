@@ -150,3 +150,45 @@ def plot_pages(pool, reqs=(), cache=None, ax=None, title: str = ""):
     ax.legend(handles=[Patch(color=colour[n], label=n or "leaked") for n in names],
               loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8, frameon=False)
     return ax
+
+
+def plot_tree(cache, decode=None, ax=None, title: str = "", width: int = 18):
+    """Draw a RadixCache with matplotlib: one box per node (its key, length and ref count), locked
+    nodes orange, evictable ones blue; leaves left to right in key order. Return the axes."""
+    import matplotlib.pyplot as plt
+
+    pos, labels, edges, locked = {}, {}, [], {}
+    next_x = [0.0]
+
+    def place(node, depth: int) -> float:
+        kids = sorted(node.children.values(), key=lambda n: [int(t) for t in n.key])
+        xs = [place(k, depth + 1) for k in kids]
+        for k in kids:
+            edges.append((node, k))
+        x = sum(xs) / len(xs) if xs else next_x[0]
+        if not xs:
+            next_x[0] += 1.0
+        pos[node] = (x, -depth)
+        if node is cache.root:
+            labels[node], locked[node] = "root", None
+        else:
+            text = decode([int(t) for t in node.key]) if decode else _short(node.key, 4)
+            text = text if len(text) <= width else text[: width - 1] + "…"
+            labels[node] = f"{repr(text) if decode else text}\nlen={len(node.key)} ref={node.ref_count}"
+            locked[node] = node.ref_count > 0
+        return x
+
+    place(cache.root, 0)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(max(4.0, 2.6 * next_x[0]), 1.1 * (1 - min(y for _, y in pos.values())) + 0.4))
+    for a, b in edges:
+        ax.plot([pos[a][0], pos[b][0]], [pos[a][1], pos[b][1]], color="#888888", zorder=1)
+    for node, (x, y) in pos.items():
+        face = "#ffffff" if locked[node] is None else "#ffcc80" if locked[node] else "#bbdefb"
+        ax.text(x, y, labels[node], ha="center", va="center", fontsize=8, zorder=2,
+                bbox=dict(boxstyle="round,pad=0.3", facecolor=face, edgecolor="#555555"))
+    ax.set_xlim(-0.7, max(next_x[0] - 0.3, 0.7))
+    ax.set_ylim(min(y for _, y in pos.values()) - 0.6, 0.6)
+    ax.axis("off")
+    ax.set_title(title or f"evictable={cache.evictable_size} (blue)  protected={cache.protected_size} (orange)", fontsize=9)
+    return ax
