@@ -18,9 +18,9 @@ LOG=$OUT/gpu_tp.log
 status=0
 run() { echo "=== $* ($(date -u +%T))" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; local rc=${PIPESTATUS[0]}; [ $rc -ne 0 ] && status=$rc; echo "=== rc=$rc" | tee -a "$LOG"; }
 run nvidia-smi --query-gpu=name,memory.total --format=csv
-run python3 scripts/gpu_tp.py run --tp 1 --out "$OUT/tp"
+run python3 scripts/gpu_tp.py run --tp 1 --out "$OUT/tp" --requests "${REQUESTS:-256}"
 for n in $SIZES; do
-    run python3 scripts/gpu_tp.py run --tp "$n" --out "$OUT/tp"
+    run python3 scripts/gpu_tp.py run --tp "$n" --out "$OUT/tp" --requests "${REQUESTS:-256}"
     run python3 scripts/gpu_tp.py compare "$OUT/tp/tp1.pt" "$OUT/tp/tp$n.pt"
 done
 echo "gpu_tp: exit status $status" | tee -a "$LOG"
