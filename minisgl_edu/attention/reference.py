@@ -1,4 +1,5 @@
-"""The reference attention backend: readable PyTorch over the paged KV pool, one request at a time."""
+"""The reference attention backend: readable PyTorch over the paged KV pool, one request at a time
+(a decode step, one new token per request, runs as one padded batch)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -15,6 +16,9 @@ class RefMetadata:
     q_slices: list[tuple[int, int]]  # each request's rows in the flat batch of new tokens
     kv_locs: list[torch.Tensor]  # each request's slot locations for positions [0, device_len)
     cached_lens: list[int]
+    # decode steps only (one new token per request): all requests at once, keys padded to the longest
+    padded_locs: torch.Tensor | None = None  # [batch, longest] slot locations (padding repeats slot 0)
+    key_mask: torch.Tensor | None = None  # [batch, 1, 1, longest] True where a key is real
 
 
 class ReferenceBackend(AttentionBackend):
@@ -24,12 +28,24 @@ class ReferenceBackend(AttentionBackend):
             q_slices.append((start, start + r.extend_len))
             start += r.extend_len
         table = self.pool.page_table
+        if not batch.is_prefill:
+            lens = torch.tensor([r.device_len for r in batch.reqs], device=table.device)
+            rows = torch.tensor([r.table_idx for r in batch.reqs], device=table.device)
+            mask = torch.arange(int(lens.max()), device=table.device)[None, :] < lens[:, None]
+            locs = table[rows, : mask.shape[1]].masked_fill(~mask, 0)
+            batch.attn_metadata = RefMetadata(q_slices, [], [], locs, mask[:, None, None, :])
+            return
         batch.attn_metadata = RefMetadata(q_slices, [table[r.table_idx, : r.device_len] for r in batch.reqs],
                                           [r.cached_len for r in batch.reqs])
 
     def forward(self, q, k, v, layer, batch):
         self.kv.store(layer, batch.out_loc, k, v)
         md: RefMetadata = batch.attn_metadata
+        if md.padded_locs is not None:  # decode: one query per request sees all of its keys
+            kk = self.kv.k[layer][md.padded_locs].transpose(1, 2)  # [batch, kv_heads, longest, d]
+            vv = self.kv.v[layer][md.padded_locs].transpose(1, 2)
+            o = F.scaled_dot_product_attention(q[:, :, None], kk, vv, attn_mask=md.key_mask, enable_gqa=True)
+            return o[:, :, 0]
         out = torch.empty_like(q)
         for (s, e), locs, cached in zip(md.q_slices, md.kv_locs, md.cached_lens):
             kk, vv = self.kv.k[layer][locs], self.kv.v[layer][locs]  # gather through the page table
