@@ -143,8 +143,10 @@ class StopStrings:
         if hits:
             out, self.held = self.held[:min(hits)], ""
             return out, True
-        keep = 0 if final else max(map(len, self.stops)) - 1
-        cut = max(0, len(self.held) - keep)
+        # hold back the longest tail that could still grow into a stop string
+        keep = 0 if final else max((k for s in self.stops for k in range(1, len(s)) if self.held.endswith(s[:k])),
+                                   default=0)
+        cut = len(self.held) - keep
         out, self.held = self.held[:cut], self.held[cut:]
         return out, False
 
@@ -170,8 +172,8 @@ class Frontend:
 
     def send(self, msg) -> None:
         # a plain (blocking-API) PUSH: it queues without waiting, so it is safe in a cancelled handler too
+        trace(self.cfg, "api", f"send {type(msg).__name__}", [msg.uid])
         self.to_tokenizers[msg.uid % len(self.to_tokenizers)].send(encode(msg))
-        trace(self.cfg, "api", f"sent {type(msg).__name__}", [msg.uid])
 
     def open(self) -> tuple[int, asyncio.Queue]:
         uid = next(self.uids)

@@ -64,9 +64,14 @@ def start_workers(cfg: ServerConfig) -> Workers:
     return workers
 
 
+def expected_acks(tp: int, num_tokenizers: int) -> set[str]:
+    """Who must say 'ready': the primary scheduler rank only (it waits for the others), every tokenizer,
+    and the detokenizer."""
+    return {"scheduler-rank0"} | {worker_name(i, num_tokenizers) for i in range(num_tokenizers + 1)}
+
+
 def wait_for_acks(workers: Workers, ack, timeout: float) -> None:
-    # schedulers: only the primary rank acks; then every tokenizer and the detokenizer
-    waiting = {"scheduler-rank0"} | {p.name for p in workers.procs if not p.name.startswith("scheduler")}
+    waiting = expected_acks(sum(p.name.startswith("scheduler") for p in workers.procs), workers.addrs.num_tokenizers)
     deadline = time.monotonic() + timeout
     while waiting:
         msg = ack.get(timeout_ms=200)

@@ -161,6 +161,6 @@ def scheduler_loop(sched, io: RankIO, cfg: ServerConfig, name: str) -> None:
                 clamped.discard(out.uid)
             if sched.idle:
                 sched.check_integrity()  # every page is free or cached once nothing runs
-        io.send(replies)
         if io.rank == 0:
-            trace(cfg, name, "sent DetokenizeMsg", [r.uid for r in replies if isinstance(r, DetokenizeMsg)])
+            trace(cfg, name, "send DetokenizeMsg", [r.uid for r in replies if isinstance(r, DetokenizeMsg)])
+        io.send(replies)

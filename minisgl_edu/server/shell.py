@@ -27,9 +27,9 @@ class Client:
         self.early: list = []  # replies for other uids that arrived while we waited
 
     def send(self, msg) -> None:
-        self.to_tokenizers[msg.uid % len(self.to_tokenizers)].put(msg)
         if self.cfg is not None and isinstance(msg, TokenizeMsg):
-            trace(self.cfg, "api", "sent TokenizeMsg", [msg.uid])
+            trace(self.cfg, "api", "send TokenizeMsg", [msg.uid])
+        self.to_tokenizers[msg.uid % len(self.to_tokenizers)].put(msg)
 
     def _next(self, uid: int, timeout_s: float):
         deadline = time.monotonic() + timeout_s

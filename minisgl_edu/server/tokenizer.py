@@ -85,8 +85,8 @@ def tokenize_loop(tok, inbox: Queue, to_scheduler: Queue, to_frontend: Queue, cf
             else:
                 out.append(msg)  # AbortMsg, StatsMsg, ExitMsg go on unchanged, in order
         if out:
+            trace(cfg, name, "send UserMsg", [m.uid for m in out if isinstance(m, UserMsg)])
             to_scheduler.put(out[0] if len(out) == 1 else BatchBackendMsg(out))
-            trace(cfg, name, "sent UserMsg", [m.uid for m in out if isinstance(m, UserMsg)])
         if errors:
             to_frontend.put(BatchFrontendMsg(errors))
         if any(isinstance(m, ExitMsg) for m in msgs):
@@ -139,7 +139,7 @@ def detokenize_loop(tok, inbox: Queue, to_frontend: Queue, cfg: ServerConfig) ->
             if msg.finished:
                 states.pop(msg.uid, None)
         if replies:
+            trace(cfg, "detokenizer", "send UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
             to_frontend.put(BatchFrontendMsg(replies))
-            trace(cfg, "detokenizer", "sent UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
         if any(isinstance(m, ExitMsg) for m in msgs):
             return
