@@ -192,6 +192,25 @@ def test_bad_head_count_is_refused_before_any_process_starts(tmp_path):
         head_layout(6, 2, DistributedInfo(0, 4))
 
 
+def test_kv_heads_replicated_when_tp_exceeds_them(tmp_path):
+    """2 KV heads over 4 ranks: ranks 0, 1 keep KV head 0 and ranks 2, 3 KV head 1, for their q heads."""
+    path = random_checkpoint(str(tmp_path), heads=8, kv_heads=2, seed=1)
+    prompts, sp = waves()[0]
+    ref = LLM(path, device="cpu", page_size=2, max_prefill_tokens=16)
+    rec = BatchRecorder(ref.engine, keep_logits=True)
+    expected = [o["token_ids"] for o in ref.generate(prompts, sp, use_tqdm=False)]
+    llm = LLM(path, device="cpu", tp=4, page_size=2, max_prefill_tokens=16)
+    try:
+        llm.ranks.record(logits=True)
+        assert [o["token_ids"] for o in llm.generate(prompts, sp, use_tqdm=False)] == expected
+        reports = llm.ranks.reports()
+    finally:
+        llm.close()
+    assert all(r.shard_shapes["layers.0.self_attn.qkv_proj.weight"] == ((2 + 1 + 1) * 8, 64) for r in reports)
+    assert all(r.records == reports[0].records for r in reports)
+    assert max((a - b).abs().max().item() for a, b in zip(rec.logits, reports[0].logits)) < 1e-4
+
+
 def test_default_model_tp3_matches_tp1(model_path, prompts):
     """SmolLM2-135M: 9 query heads and 3 KV heads split over three ranks; tied embeddings."""
     short = [prompts[0], prompts[3][:40], prompts[6]]
