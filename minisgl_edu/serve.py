@@ -48,8 +48,10 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     import torch
 
     from .llm import resolve_model
+    from .model import check_tp, load_config
     device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
     path = resolve_model(a.model)
+    check_tp(load_config(path), a.tp)  # refuse a split the model cannot take before any process starts
     return ServerConfig(path, a.served_model_name or os.path.basename(os.path.normpath(path)), device, a.tp,
                         a.page_size, a.max_prefill_tokens, a.cache, a.cuda_graph_max_bs,
                         False if a.no_overlap else None, a.dummy_weights, a.max_running_reqs, a.max_total_tokens,
@@ -59,7 +61,11 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
 
 def main(argv=None) -> int:
     logging.basicConfig(level=os.environ.get("MINISGL_LOG", "INFO"), format="%(asctime)s [launcher] %(message)s")
-    cfg, shell = parse_args(argv)
+    try:
+        cfg, shell = parse_args(argv)
+    except ValueError as e:  # e.g. a model that is neither a folder nor in the local cache
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
     def on_term(signum, frame):  # SIGTERM unwinds like Ctrl-C, so the `finally` blocks stop the children
         raise SystemExit(0)

@@ -316,3 +316,13 @@ def test_tp3_key_and_watchdog(llm):
         assert no_survivors(srv.children)
     finally:
         srv.stop()
+
+
+def test_startup_failure_names_the_process(tmp_path):
+    from tiny_model import tiny_model_dir
+    path = tiny_model_dir(str(tmp_path))  # a config-only folder: the engine runs, but there is no tokenizer
+    r = subprocess.run([sys.executable, "-m", "minisgl_edu.serve", "--model", path, "--dummy-weights",
+                        "--port", str(free_port())], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert "error: tokenizer-0" in r.stderr or "error: detokenizer" in r.stderr, r.stderr[-2000:]
+    assert "failed to start" in r.stderr
