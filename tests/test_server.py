@@ -326,3 +326,19 @@ def test_startup_failure_names_the_process(tmp_path):
     assert r.returncode == 1, r.stderr[-2000:]
     assert "error: tokenizer-0" in r.stderr or "error: detokenizer" in r.stderr, r.stderr[-2000:]
     assert "failed to start" in r.stderr
+
+
+def test_workers_exit_when_the_launcher_is_killed(tmp_path, model_path):
+    import shutil
+    from tiny_model import tiny_model_dir
+    path = tiny_model_dir(str(tmp_path))  # random weights start fast; the default model's tokenizer makes it servable
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(model_path, f), path)
+    srv = Server("--model", path, "--dummy-weights")
+    try:
+        assert len(srv.children) >= 3
+        srv.proc.kill()  # SIGKILL: the launcher gets no chance to stop anyone
+        srv.proc.wait(10)
+        assert no_survivors(srv.children)  # each worker saw its parent change and left
+    finally:
+        srv.stop()
