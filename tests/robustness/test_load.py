@@ -13,7 +13,7 @@ import random
 import httpx
 import pytest
 
-from conftest import SOAK
+from serverproc import SOAK
 
 CLIENTS = 64
 LEAVERS = CLIENTS // 4
