@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from .paging import to_device
 from .req import Req
 
 
@@ -22,14 +24,13 @@ class SamplingTensors:
     def from_reqs(reqs: list[Req], vocab: int, device: torch.device) -> "SamplingTensors":
         sp = [r.sampling for r in reqs]
         all_greedy = all(p.temperature == 0 for p in sp)
-        t = torch.tensor([p.temperature for p in sp], dtype=torch.float32)
-        k = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in sp], dtype=torch.int64)
-        p = torch.tensor([p.top_p for p in sp], dtype=torch.float32)
+        t = np.array([p.temperature for p in sp], np.float32)  # numpy first: ~10x cheaper than torch.tensor(list)
+        k = np.array([p.top_k if p.top_k > 0 else vocab for p in sp], np.int64)
+        p = np.array([p.top_p for p in sp], np.float32)
         seeds = [(i, (r.sampling.seed * 1_000_003 + r.device_len) % (1 << 63))
                  for i, r in enumerate(reqs) if r.sampling.seed is not None and r.sampling.temperature > 0]
         needs_filter = any(q.top_k > 0 or q.top_p < 1 for q in sp if q.temperature > 0)
-        pinned = torch.device(device).type == "cuda"  # pinned + non-blocking: no host sync inside the step
-        dev = lambda x: (x.pin_memory() if pinned else x).to(device, non_blocking=True)
+        dev = lambda x: to_device(x, device)  # pinned + non-blocking on CUDA: no host sync inside the step
         return SamplingTensors(dev(t), dev(k), dev(p), all_greedy, needs_filter, seeds)
 
 

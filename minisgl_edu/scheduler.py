@@ -110,7 +110,8 @@ class Scheduler:
 
     # ---- schedule ------------------------------------------------------------------------------
     def schedule(self) -> Batch | None:
-        reserved = sum(pages_to_finish(r, self.page_size) for r in self.running)
+        # only admission needs the reserved size: skip the sum over every running request otherwise
+        reserved = sum(pages_to_finish(r, self.page_size) for r in self.running) if self.pending else 0
         adder = PrefillAdder(self.max_prefill_tokens, reserved, self.pool, self.cache)
         for req in self.pending:
             if not adder.try_add(req):

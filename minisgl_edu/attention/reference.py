@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..paging import to_device
 from ..req import Batch
 from .base import AttentionBackend
 
@@ -29,10 +31,11 @@ class ReferenceBackend(AttentionBackend):
             start += r.extend_len
         table = self.pool.page_table
         if not batch.is_prefill:
-            lens = torch.tensor([r.device_len for r in batch.reqs], device=table.device)
-            rows = torch.tensor([r.table_idx for r in batch.reqs], device=table.device)
-            mask = torch.arange(int(lens.max()), device=table.device)[None, :] < lens[:, None]
-            locs = table[rows, : mask.shape[1]].masked_fill(~mask, 0)
+            n, dev = len(batch.reqs), table.device
+            lens = np.fromiter((r.device_len for r in batch.reqs), np.int64, n)
+            rows = to_device(np.fromiter((r.table_idx for r in batch.reqs), np.int64, n), dev)
+            mask = torch.arange(int(lens.max()), device=dev)[None, :] < to_device(lens, dev)[:, None]
+            locs = table[rows, : mask.shape[1]]  # past a request's length: stale but valid slots, masked out
             batch.attn_metadata = RefMetadata(q_slices, [], [], locs, mask[:, None, None, :])
             return
         batch.attn_metadata = RefMetadata(q_slices, [table[r.table_idx, : r.device_len] for r in batch.reqs],
