@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import functools
+import os
+
+# idle OpenMP threads spin while waiting for a core; on a shared 2-core machine that costs 10x
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest
 import torch

@@ -8,11 +8,33 @@ rank then holds a piece of the *same* model.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ..tp import all_gather_last_dim, all_reduce, get_tp_info, shard_range
+
+
+def fused_kernels():
+    """FlashInfer's fused RMSNorm / RoPE / SiLU-and-mul on CUDA, or None (then plain PyTorch ops).
+    Same maths, fewer kernels: a decode step is dominated by per-kernel cost, not by arithmetic."""
+    global _FUSED
+    if _FUSED is False and os.environ.get("MINISGL_FUSED", "1") == "0":  # the off switch: plain ops on CUDA too
+        _FUSED = None
+    if _FUSED is False:
+        try:
+            import flashinfer.activation
+            import flashinfer.norm
+            import flashinfer.rope
+            _FUSED = flashinfer
+        except Exception:  # no FlashInfer (CPU machines): the PyTorch ops below serve
+            _FUSED = None
+    return _FUSED
+
+
+_FUSED = False
 
 
 def _param(*shape: int, load=None, full_shape: tuple[int, ...] | None = None, load_full=None) -> nn.Parameter:
@@ -29,6 +51,8 @@ class RMSNorm(nn.Module):
         self.weight, self.eps = _param(dim), eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda and (fi := fused_kernels()) is not None:  # one kernel instead of seven
+            return fi.norm.rmsnorm(x.reshape(-1, x.shape[-1]), self.weight, self.eps).view(x.shape)
         # in float32, as Hugging Face does, whatever the model dtype
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -132,10 +156,26 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos", emb.cos() * scale, persistent=False)
         self.register_buffer("sin", emb.sin() * scale, persistent=False)
 
+        half = emb.shape[-1] // 2  # FlashInfer's layout: [cos | sin] of the half-dimension, float32
+        self.register_buffer("cos_sin", torch.cat([self.cos[:, :half], self.sin[:, :half]], -1), persistent=False)
+
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
+        if q.is_cuda and (fi := fused_kernels()) is not None:  # one in-place kernel for q and k
+            shape_q, shape_k, d = q.shape, k.shape, q.shape[-1]
+            q, k = q.reshape(len(q), -1).contiguous(), k.reshape(len(k), -1).contiguous()
+            fi.rope.apply_rope_with_cos_sin_cache_inplace(positions, q, k, d, self.cos_sin, is_neox=True)
+            return q.view(shape_q), k.view(shape_k)
         cos = self.cos[positions].to(q.dtype)[:, None, :]  # [tokens, 1, head_dim]
         sin = self.sin[positions].to(q.dtype)[:, None, :]
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
+
+
+def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up for x = [gate | up]."""
+    if x.is_cuda and (fi := fused_kernels()) is not None:
+        return fi.activation.silu_and_mul(x)
+    gate, up = x.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

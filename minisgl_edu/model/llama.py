@@ -10,7 +10,7 @@ from torch import nn
 
 from ..tp import DistributedInfo, get_tp_info
 from .layers import (ColumnParallelLinear, ParallelLMHead, RMSNorm, RotaryEmbedding, RowParallelLinear,
-                     VocabParallelEmbedding)
+                     VocabParallelEmbedding, silu_and_mul)
 
 
 def head_layout(num_heads: int, num_kv_heads: int, tp: DistributedInfo | None = None) -> tuple[int, int, int, int]:
@@ -76,8 +76,7 @@ class MLP(nn.Module):
         self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(nn.functional.silu(gate) * up)
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
 
 
 class DecoderLayer(nn.Module):

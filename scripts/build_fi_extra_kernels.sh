@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Build FlashInfer's fused RMSNorm / RoPE / SiLU-and-mul kernels for the H200 (sm_90a) on this CPU
+# machine, next to the attention kernels that ../shared/device/bundle.sh put in .gpu/fi_aot/, so the
+# GPU machine compiles nothing. Same recipe as bundle.sh step 3, for more modules.
+set -euo pipefail
+OUTDIR=${GPU_BUNDLE_DIR:-.gpu}
+VENV=${FI_VENV:-$(mktemp -d)/venv}
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q torch==2.13.0
+  "$VENV/bin/pip" install -q --no-deps flashinfer-python==0.5.3 apache-tvm-ffi==0.1.5 ninja filelock numpy \
+      packaging nvidia-ml-py requests urllib3 idna certifi typing-extensions
+fi
+STUB=$(mktemp -d); echo > "$STUB/e.c"; gcc -shared -o "$STUB/libcuda.so" -Wl,-soname,libcuda.so.1 "$STUB/e.c"
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+# the norm module includes cublasLt.h and curand_kernel.h, which this toolkit lacks: take the headers from the wheels
+CUB=$(mktemp -d); pip download -q --no-deps -d "$CUB" nvidia-cublas nvidia-curand && (cd "$CUB" && for w in *.whl; do unzip -q -o "$w" "nvidia/cu13/include/*"; done)
+export FLASHINFER_EXTRA_CUDAFLAGS="-I$CUB/nvidia/cu13/include" FLASHINFER_EXTRA_CFLAGS="-I$CUB/nvidia/cu13/include"
+WS=$(mktemp -d)
+CUDA_HOME=$CUDA_HOME FLASHINFER_EXTRA_LDFLAGS="-L$STUB" FLASHINFER_CUDA_ARCH_LIST=9.0a \
+FLASHINFER_WORKSPACE_BASE=$WS MAX_JOBS=2 PATH="$VENV/bin:$PATH" "$VENV/bin/python" - <<'PY'
+import time
+from flashinfer.jit.norm import gen_norm_module
+from flashinfer.jit.rope import gen_rope_module
+from flashinfer.jit.activation import gen_act_and_mul_module
+for name, spec in (("norm", gen_norm_module()), ("rope", gen_rope_module()), ("silu_and_mul", gen_act_and_mul_module("silu"))):
+    t = time.time(); spec.write_ninja(); spec.build(verbose=False)
+    print(f"built {name} in {time.time() - t:.0f}s", flush=True)
+PY
+for f in "$WS"/.cache/flashinfer/0.5.3/90a/cached_ops/*/*.so; do
+  n=$(basename "$f" .so); mkdir -p "$OUTDIR/fi_aot/$n"; cp "$f" "$OUTDIR/fi_aot/$n/"
+done
+ls "$OUTDIR/fi_aot"
