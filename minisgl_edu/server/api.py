@@ -34,7 +34,7 @@ from typing import AsyncIterator
 
 import zmq
 import zmq.asyncio
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel
@@ -221,18 +221,30 @@ async def next_reply(q: asyncio.Queue, request: Request):
 
 
 class BodyLimit:
-    """413 for a body over MAX_BODY_BYTES. Plain ASGI: FastAPI's `@app.middleware("http")` wraps `receive`
-    so that a streaming handler would see a false client disconnect."""
+    """413 for a body over MAX_BODY_BYTES, declared (Content-Length) or counted as it arrives (chunked).
+    Plain ASGI: FastAPI's `@app.middleware("http")` wraps `receive` so that a streaming handler would see
+    a false client disconnect."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        size = dict(scope.get("headers", [])).get(b"content-length", b"") if scope["type"] == "http" else b""
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        size = dict(scope.get("headers", [])).get(b"content-length", b"")
         if size.isdigit() and int(size) > MAX_BODY_BYTES:
             return await error_json(413, f"the body exceeds {MAX_BODY_BYTES} bytes", "body_too_large")(scope, receive,
                                                                                                      send)
-        await self.app(scope, receive, send)
+        received = 0
+
+        async def counted_receive():
+            nonlocal received
+            msg = await receive()
+            received += len(msg.get("body", b""))
+            if received > MAX_BODY_BYTES:  # FastAPI turns this into our 413 JSON while it reads the body
+                raise HTTPException(413, f"the body exceeds {MAX_BODY_BYTES} bytes")
+            return msg
+        await self.app(scope, counted_receive, send)
 
 
 # ---- the app ------------------------------------------------------------------------------------
@@ -327,6 +339,8 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
             prompt = prompt[0]
         if len(prompt) == 0:
             raise APIError(400, "the prompt is empty", "invalid_value", "prompt")
+        if not isinstance(prompt, str) and not all(0 <= t < 2**31 for t in prompt):  # the wire carries int32 ids
+            raise APIError(400, "token ids must lie in [0, 2^31)", "invalid_value", "prompt")
         sp = sampling_params(body, body.max_tokens)
         msg = TokenizeMsg(-1, prompt, None, sp) if isinstance(prompt, str) else TokenizeMsg(-1, None, None, sp, prompt)
         return await respond(msg, body, request, chat=False)
@@ -336,9 +350,9 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
         msg.uid = uid
         try:
             frontend.send(msg)
-        except OverflowError:  # msgpack carries at most 64-bit integers
+        except (OverflowError, ValueError) as e:  # msgpack: ints beyond 64 bits, strings with lone surrogates
             frontend.close(uid, abort=False)
-            raise APIError(400, "a number in the request is too large", "invalid_value") from None
+            raise APIError(400, f"the request cannot be encoded: {e}", "invalid_value") from None
         first = await next_reply(q, request)  # wait for the first token: a refusal still gets a status code
         if first is None or first.error is not None:
             frontend.close(uid, abort=first is None)

@@ -77,11 +77,11 @@ def tokenize_loop(tok, inbox: Queue, to_scheduler: Queue, to_frontend: Queue, cf
         for msg in msgs:
             if isinstance(msg, TokenizeMsg):
                 try:
-                    ids = prompt_ids(tok, msg)
-                except Exception as e:  # e.g. a chat template that rejects the roles: tell the client
+                    ids = torch.tensor(prompt_ids(tok, msg), dtype=torch.int32)
+                except Exception as e:  # a chat template that rejects the roles, an id beyond int32: tell the client
                     errors.append(UserReply(msg.uid, "", True, "error", error=f"cannot tokenize: {e}", status=400))
                     continue
-                out.append(UserMsg(msg.uid, torch.tensor(ids, dtype=torch.int32), msg.sampling_params))
+                out.append(UserMsg(msg.uid, ids, msg.sampling_params))
             else:
                 out.append(msg)  # AbortMsg, StatsMsg, ExitMsg go on unchanged, in order
         if out:
