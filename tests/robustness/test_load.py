@@ -13,13 +13,10 @@ import random
 import httpx
 import pytest
 
-from serverproc import SOAK
-
 CLIENTS = 64
 LEAVERS = CLIENTS // 4
 MAX_TOKENS = 16
 LEAVER_MAX_TOKENS = 1000  # clamped to the context: ~1000 decode steps, minutes on a CPU, unless aborted
-ROUNDS = 6 if SOAK else 2
 
 
 def body(i: int, stream: bool, max_tokens: int = MAX_TOKENS) -> dict:
@@ -69,13 +66,14 @@ async def references(url: str) -> dict[int, str]:
     return out
 
 
-def test_64_streams_with_disconnects_complete_correctly_and_free_everything(server):
+@pytest.mark.parametrize("rounds", [2, pytest.param(6, marks=pytest.mark.slow, id="soak-6-rounds")])
+def test_64_streams_with_disconnects_complete_correctly_and_free_everything(server, rounds):
     rng = random.Random(0)
     leavers = {i: rng.randint(1, 8) for i in rng.sample(range(CLIENTS), LEAVERS)}  # who leaves, after how many chunks
     expected = asyncio.run(references(server.url))
     first = server.wait_idle()
     rss = []
-    for rnd in range(ROUNDS):
+    for rnd in range(rounds):
         results = asyncio.run(one_round(server.url, leavers))
         for res in results:
             if res["left"]:
@@ -92,5 +90,4 @@ def test_64_streams_with_disconnects_complete_correctly_and_free_everything(serv
           f"pages free/cached/total: {stats['free_pages']}/{stats['cached_pages']}/{stats['num_pages']} "
           f"(before the rounds: {first['free_pages']}/{first['cached_pages']})")
     assert rss[1] <= rss[0] * 1.05, f"RSS grew from {rss[0]} to {rss[1]} bytes between identical rounds"
-    if SOAK:
-        assert rss[-1] <= rss[1] * 1.05, f"RSS kept growing over {ROUNDS} rounds: {rss}"
+    assert rss[-1] <= rss[1] * 1.05, f"RSS kept growing over {rounds} rounds: {rss}"
