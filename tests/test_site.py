@@ -3,11 +3,11 @@ excerpt a chapter quotes from the library is still the library's exact code."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from site_build import build_site
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ROOT / "chapters"
@@ -52,12 +52,7 @@ def test_chapter_excerpts_match_the_code():
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("site")
-    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)], cwd=ROOT,
-                         capture_output=True, text=True, timeout=600, env={**__import__("os").environ,
-                                                                            "NO_MKDOCS_2_WARNING": "1"})
-    assert run.returncode == 0, f"mkdocs build --strict failed:\n{run.stdout[-3000:]}\n{run.stderr[-6000:]}"
-    return out
+    return build_site(tmp_path_factory)  # built once per session, shared with test_site_browser.py
 
 
 def test_site_builds_with_chapters_and_api_pages(site):
