@@ -45,7 +45,8 @@ def start_streams(server: Server, n: int) -> tuple[list[dict], list[threading.Th
                 "stream": True}
         passed = False
         try:
-            with httpx.Client(base_url=server.url, timeout=30) as c, c.stream("POST", "/v1/completions", json=body) as r:
+            with httpx.Client(base_url=server.url, timeout=30) as c, \
+                    c.stream("POST", "/v1/completions", json=body) as r:
                 res["status"] = r.status_code
                 for line in r.iter_lines():
                     if not line.startswith("data: "):
