@@ -7,6 +7,9 @@
 
 String prompts are used as they are (raw text) unless `chat=True`, which wraps each in the model's
 chat template as one user message.
+
+`LLM(trace="steps.json")` writes a Chrome/Perfetto step trace (chapter 6) each time `generate`
+returns; open it in https://ui.perfetto.dev.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from .engine import Engine, EngineConfig
 from .model import check_tp, load_config
 from .req import SamplingParams
 from .scheduler import Scheduler
+from .trace import Tracer
 from .tp import RankGroup
 
 log = logging.getLogger("minisgl_edu")
@@ -57,15 +61,18 @@ class LLM:
                  page_size: int = 1, max_prefill_tokens: int = 8192, cache: str = "radix",
                  dummy_weights: bool = False, tp: int = 1, overlap: bool | None = None,
                  cuda_graph_max_bs: int = 256, max_running_reqs: int = 256, max_total_tokens: int | None = None,
-                 max_seq_len: int | None = None, attention: str | None = None, seed: int = 0):
+                 max_seq_len: int | None = None, attention: str | None = None, seed: int = 0,
+                 trace: str | None = None):
         if tp < 1:
             raise ValueError(f"tp must be >= 1, got {tp}")
+        if trace is not None and tp > 1:
+            raise ValueError("trace= is for tp=1 here; `serve --tp N --trace PATH` traces rank 0")
         device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.model_path = resolve_model(model)
         engine_cfg = EngineConfig(self.model_path, device, dtype, page_size, max_running_reqs, max_seq_len,
                                   max_total_tokens, dummy_weights=dummy_weights, attention=attention,
                                   cuda_graph_max_bs=cuda_graph_max_bs, seed=seed)
-        self.tp, self.ranks = tp, None
+        self.tp, self.ranks, self.tracer = tp, None, None
         self._uids = itertools.count()
         if tp > 1:  # chapter 8: every rank is a child process running this same engine + scheduler
             check_tp(load_config(self.model_path), tp)  # refuse a bad split here, before any process starts
@@ -78,7 +85,9 @@ class LLM:
         self.engine = Engine(engine_cfg)
         self.tokenizer = self._load_tokenizer()
         overlap = self.engine.device.type == "cuda" if overlap is None else overlap
-        self.scheduler = Scheduler(self.engine, max_prefill_tokens, cache, overlap, eos_ids(self.model_path, self.tokenizer))
+        self.tracer = Tracer(trace) if trace is not None else None
+        self.scheduler = Scheduler(self.engine, max_prefill_tokens, cache, overlap, eos_ids(self.model_path, self.tokenizer),
+                                   self.tracer)
 
     def _load_tokenizer(self):
         try:
@@ -89,7 +98,9 @@ class LLM:
             return None
 
     def close(self) -> None:
-        """Stop the rank processes (tp > 1); a no-op for tp == 1."""
+        """Stop the rank processes (tp > 1) and write the step trace, if any."""
+        if self.tracer is not None:
+            self.tracer.save()
         if self.ranks is not None:
             self.ranks.close()
 
@@ -146,6 +157,8 @@ class LLM:
         bar.close()
         if sched.idle:
             sched.check_integrity()
+        if self.tracer is not None:
+            self.tracer.save()  # every step so far: a later generate() rewrites it with more
         return [{"text": self.decode(r.output_ids), "token_ids": r.output_ids, "finish_reason": r.finish_reason,
                  "prompt_tokens": r.prompt_len} for r in reqs]
 

@@ -13,13 +13,16 @@ row is handed out again only after step N+1 is done, since step N+1 still writes
 On CUDA the loop uses two streams: the scheduler's stream (slot assignment, page-table writes)
 and the engine's stream (the forward). The CPU never waits inside a step except on the copy-done
 event of the step before.
+
+With a `Tracer` (minisgl_edu/trace.py) each step leaves CPU spans (schedule, launch = prepare
+metadata + enqueue the forward, process) and a device span (the forward, from the engine's timeline).
 """
 from __future__ import annotations
 
 import logging
 from collections import deque
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 
@@ -49,7 +52,7 @@ class StepStats:
 
 class Scheduler:
     def __init__(self, engine, max_prefill_tokens: int = 8192, cache: str = "radix", overlap: bool = False,
-                 eos_token_ids: tuple[int, ...] = ()):
+                 eos_token_ids: tuple[int, ...] = (), tracer=None):
         if max_prefill_tokens < 1:
             raise ValueError(f"max_prefill_tokens must be >= 1, got {max_prefill_tokens}")
         self.engine, self.pool = engine, engine.pool
@@ -68,6 +71,8 @@ class Scheduler:
         self.stream = torch.cuda.Stream(engine.device) if cuda and overlap else None  # the scheduler stream
         self.stats: list[StepStats] = []
         self.evicted_tokens = 0
+        self.tracer = tracer  # a trace.Tracer: per-step spans for Perfetto, or None
+        self._timeline = None  # the engine timeline list we switched on for the tracer (cleared each step)
 
     # ---- receive -------------------------------------------------------------------------------
     def add_request(self, uid: int, token_ids: list[int], sampling: SamplingParams) -> Req:
@@ -129,10 +134,15 @@ class Scheduler:
     # ---- launch --------------------------------------------------------------------------------
     def launch(self, batch: Batch) -> torch.Tensor:
         """Assign KV slots, run the forward, and advance every ledger as if the token were known."""
-        hit = sum(r.matched_len for r in batch.reqs if r.cached_len == r.matched_len) if batch.is_prefill else 0
-        self.stats.append(StepStats(batch.phase, batch.size, sum(r.extend_len for r in batch.reqs), hit))
+        self.stats.append(self._step_stats(batch))
         batch.out_loc = self.pool.assign_locations(batch.reqs)
+        if self.tracer is not None and self.engine.timeline is None:  # the forward's device times come from here
+            self.engine.timeline = self._timeline = []
         tokens = self.engine.forward(batch, wait=False) if self.overlap else self.engine.forward(batch)
+        if self.tracer is not None:
+            self.tracer.timeline_span("forward", self.engine.timeline[-1], **self._trace_args(len(self.stats) - 1))
+            if self.engine.timeline is self._timeline:
+                self._timeline.clear()
         for req in batch.reqs:
             if req.is_chunked:
                 req.cached_len = req.device_len
@@ -181,31 +191,64 @@ class Scheduler:
             self.pool.release_row(row)
         req.table_idx = -1
 
+    # ---- tracing -------------------------------------------------------------------------------
+    def _span(self, name: str):
+        return self.tracer.span(name) if self.tracer is not None else nullcontext({})
+
+    def _step_stats(self, batch: Batch) -> StepStats:
+        hit = sum(r.matched_len for r in batch.reqs if r.cached_len == r.matched_len) if batch.is_prefill else 0
+        return StepStats(batch.phase, batch.size, sum(r.extend_len for r in batch.reqs), hit)
+
+    def _trace_args(self, step: int, batch: Batch | None = None) -> dict:
+        """A span's arguments: step `step`'s stats (from `batch` when it is not launched yet)."""
+        if self.tracer is None:
+            return {}
+        return dict(step=step, **asdict(self._step_stats(batch) if batch is not None else self.stats[step]))
+
     # ---- the loop ------------------------------------------------------------------------------
     def step(self) -> list[TokenOutput]:
         """One iteration of the loop (normal or overlap, as configured)."""
         if not self.overlap:
-            batch = self.schedule()
+            with self._span("schedule") as args:
+                batch = self.schedule()
+                args.update(self._trace_args(len(self.stats), batch) if batch is not None else {})
             if batch is None:
                 return []
-            return self.process(batch, self.launch(batch).tolist())
+            with self._span("launch") as args:
+                tokens = self.launch(batch).tolist()  # .tolist() waits for the device: the normal loop's cost
+                args.update(self._trace_args(len(self.stats) - 1))
+            with self._span("process") as args:
+                args.update(self._trace_args(len(self.stats) - 1))
+                out = self.process(batch, tokens)
+            if self.tracer is not None:
+                self.tracer.flush()  # resolve device spans that have finished (no wait)
+            return out
         with torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():
-            batch = self.schedule()
+            with self._span("schedule") as args:
+                batch = self.schedule()
+                args.update(self._trace_args(len(self.stats), batch) if batch is not None else {})
             launched = None
             if batch is not None:
-                tokens = self.launch(batch)  # step N+1 is queued on the engine stream
-                host, event = self.engine.to_host(tokens)  # its tokens start their way to the host
+                with self._span("launch") as args:
+                    tokens = self.launch(batch)  # step N+1 is queued on the engine stream
+                    host, event = self.engine.to_host(tokens)  # its tokens start their way to the host
+                    args.update(self._trace_args(len(self.stats) - 1))
                 launched = (batch, host, event)
             prev, self.in_flight = self.in_flight, launched
             if prev is None:
                 return []
             batch_prev, host_prev, event_prev = prev
-            if event_prev is not None:
-                event_prev.synchronize()  # the copy-done event guards the CPU read (the only wait)
-            for row in self.deferred_rows:  # step N, the last to write these rows, is done
-                self.pool.release_row(row)
-            self.deferred_rows.clear()
-            return self.process(batch_prev, host_prev.tolist())
+            with self._span("process") as args:
+                args.update(self._trace_args(len(self.stats) - 1 - (launched is not None)))  # step N's stats
+                if event_prev is not None:
+                    event_prev.synchronize()  # the copy-done event guards the CPU read (the only wait)
+                for row in self.deferred_rows:  # step N, the last to write these rows, is done
+                    self.pool.release_row(row)
+                self.deferred_rows.clear()
+                out = self.process(batch_prev, host_prev.tolist())
+            if self.tracer is not None:
+                self.tracer.flush()  # resolve device spans that have finished (no wait)
+            return out
 
     # ---- integrity -----------------------------------------------------------------------------
     def check_integrity(self) -> None:

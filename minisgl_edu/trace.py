@@ -45,16 +45,29 @@ class Tracer:
             with self.span(name, **args) as a:
                 yield a
             return
-        if self._cuda_origin is None:  # pair one event with the host clock to place device spans
-            self._cuda_origin = torch.cuda.Event(enable_timing=True)
-            self._cuda_origin.record()
-            torch.cuda.synchronize()
-            self._origin_us = self._us(time.perf_counter_ns())
+        self._place_device_clock()
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
         yield args
         e.record()
         self._pending.append((s, e, name, args))
+
+    def timeline_span(self, name: str, entry: tuple, **args) -> None:
+        """A device span from one `Engine.timeline` entry (cpu start, cpu end, start event, end event).
+        On the CPU there are no events: the forward ran on the host, so its CPU times are the device's."""
+        t0, t1, start, end = entry
+        if start is None:
+            self._add(name, self._us(round(t0 * 1e9)), (t1 - t0) * 1e6, DEVICE_TID, args)
+            return
+        self._place_device_clock()
+        self._pending.append((start, end, name, args))
+
+    def _place_device_clock(self) -> None:
+        if self._cuda_origin is None:  # pair one event with the host clock to place device spans
+            self._cuda_origin = torch.cuda.Event(enable_timing=True)
+            self._cuda_origin.record()
+            torch.cuda.synchronize()
+            self._origin_us = self._us(time.perf_counter_ns())
 
     def _add(self, name: str, ts: float, dur: float, tid: int, args: dict) -> None:
         with self._lock:
@@ -64,6 +77,8 @@ class Tracer:
 
     def flush(self) -> None:
         """Resolve finished device spans into events (only those whose end event has completed)."""
+        if not self._pending:
+            return
         keep = []
         for s, e, name, args in self._pending:
             if e.query():
