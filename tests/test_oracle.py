@@ -32,7 +32,7 @@ def test_token_identical_to_transformers(kw, model_path, prompts, hf_greedy):
 
 @pytest.mark.parametrize("cache,page_size", [("radix", 1), ("radix", 16)])
 def test_second_wave_hits_radix_cache(cache, page_size, model_path, tokenizer, hf_greedy):
-    from conftest import LOREM
+    from prompts import LOREM
     shared = tokenizer.encode(LOREM * 5)  # a long shared prefix (~180 tokens)
     tails = ["Question one:", "A second, different question:", "Third:"]
     wave = [shared + tokenizer.encode(t) for t in tails]
