@@ -14,11 +14,13 @@ On CUDA the loop uses two streams: the scheduler's stream (slot assignment, page
 and the engine's stream (the forward). The CPU never waits inside a step except on the copy-done
 event of the step before.
 
-With a `Tracer` (minisgl_edu/trace.py) each step leaves CPU spans (schedule, launch = prepare
-metadata + enqueue the forward, process) and a device span (the forward, from the engine's timeline).
+With a `Tracer` (minisgl_edu/trace.py) `schedule`, `launch` (prepare metadata and enqueue the
+forward) and `process` each leave a CPU span, and the forward a device span (from the engine's
+timeline), with the step's `StepStats` as arguments.
 """
 from __future__ import annotations
 
+import functools
 import logging
 from collections import deque
 from contextlib import nullcontext
@@ -40,6 +42,21 @@ class TokenOutput:
     token_id: int  # -1 when nothing new was produced (an abort or an error)
     finished: bool
     finish_reason: str | None = None  # "stop" | "length" | "abort"
+
+
+def traced(name: str):
+    """Time a Scheduler method as a CPU span `name` when the scheduler has a tracer (the step trace)."""
+    def wrap(method):
+        @functools.wraps(method)
+        def run(self, *args):
+            if self.tracer is None:
+                return method(self, *args)
+            with self.tracer.span(name) as span_args:
+                out = method(self, *args)
+                span_args.update(self._span_args(name, args[0] if args else out))  # launch/process: the batch
+            return out
+        return run
+    return wrap
 
 
 @dataclass
@@ -114,6 +131,7 @@ class Scheduler:
         return not self.pending and not self.running and self.in_flight is None
 
     # ---- schedule ------------------------------------------------------------------------------
+    @traced("schedule")
     def schedule(self) -> Batch | None:
         # only admission needs the reserved size: skip the sum over every running request otherwise
         reserved = sum(pages_to_finish(r, self.page_size) for r in self.running) if self.pending else 0
@@ -132,6 +150,7 @@ class Scheduler:
         return Batch(list(self.running), "decode") if self.running else None
 
     # ---- launch --------------------------------------------------------------------------------
+    @traced("launch")
     def launch(self, batch: Batch) -> torch.Tensor:
         """Assign KV slots, run the forward, and advance every ledger as if the token were known."""
         self.stats.append(self._step_stats(batch))
@@ -140,9 +159,10 @@ class Scheduler:
             self.engine.timeline = self._timeline = []
         tokens = self.engine.forward(batch, wait=False) if self.overlap else self.engine.forward(batch)
         if self.tracer is not None:
-            self.tracer.timeline_span("forward", self.engine.timeline[-1], **self._trace_args(len(self.stats) - 1))
+            self.tracer.timeline_span("forward", self.engine.timeline[-1], **self._span_args("forward", batch))
             if self.engine.timeline is self._timeline:
                 self._timeline.clear()
+            self.tracer.flush()  # resolve the device spans of earlier steps that have finished (no wait)
         for req in batch.reqs:
             if req.is_chunked:
                 req.cached_len = req.device_len
@@ -155,6 +175,7 @@ class Scheduler:
         return tokens
 
     # ---- process results -----------------------------------------------------------------------
+    @traced("process")
     def process(self, batch: Batch, tokens: list[int]) -> list[TokenOutput]:
         out = []
         for req, tok in zip((batch.reqs[i] for i in batch.sample_rows), tokens):
@@ -191,64 +212,47 @@ class Scheduler:
             self.pool.release_row(row)
         req.table_idx = -1
 
-    # ---- tracing -------------------------------------------------------------------------------
-    def _span(self, name: str):
-        return self.tracer.span(name) if self.tracer is not None else nullcontext({})
-
+    # ---- tracing (chapter 6's step trace) -------------------------------------------------------
     def _step_stats(self, batch: Batch) -> StepStats:
         hit = sum(r.matched_len for r in batch.reqs if r.cached_len == r.matched_len) if batch.is_prefill else 0
         return StepStats(batch.phase, batch.size, sum(r.extend_len for r in batch.reqs), hit)
 
-    def _trace_args(self, step: int, batch: Batch | None = None) -> dict:
-        """A span's arguments: step `step`'s stats (from `batch` when it is not launched yet)."""
-        if self.tracer is None:
+    def _span_args(self, name: str, batch: Batch | None) -> dict:
+        """A span's arguments: the index of `batch`'s step in self.stats and its StepStats."""
+        if batch is None:
             return {}
-        return dict(step=step, **asdict(self._step_stats(batch) if batch is not None else self.stats[step]))
+        if name == "schedule":  # not launched yet: its stats come next
+            return dict(step=len(self.stats), **asdict(self._step_stats(batch)))
+        # the overlap loop processes step N after it has launched step N+1
+        newer = name == "process" and self.in_flight is not None and self.in_flight[0] is not batch
+        step = len(self.stats) - 1 - newer
+        return dict(step=step, **asdict(self.stats[step]))
 
     # ---- the loop ------------------------------------------------------------------------------
     def step(self) -> list[TokenOutput]:
         """One iteration of the loop (normal or overlap, as configured)."""
         if not self.overlap:
-            with self._span("schedule") as args:
-                batch = self.schedule()
-                args.update(self._trace_args(len(self.stats), batch) if batch is not None else {})
+            batch = self.schedule()
             if batch is None:
                 return []
-            with self._span("launch") as args:
-                tokens = self.launch(batch).tolist()  # .tolist() waits for the device: the normal loop's cost
-                args.update(self._trace_args(len(self.stats) - 1))
-            with self._span("process") as args:
-                args.update(self._trace_args(len(self.stats) - 1))
-                out = self.process(batch, tokens)
-            if self.tracer is not None:
-                self.tracer.flush()  # resolve device spans that have finished (no wait)
-            return out
+            return self.process(batch, self.launch(batch).tolist())
         with torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():
-            with self._span("schedule") as args:
-                batch = self.schedule()
-                args.update(self._trace_args(len(self.stats), batch) if batch is not None else {})
+            batch = self.schedule()
             launched = None
             if batch is not None:
-                with self._span("launch") as args:
-                    tokens = self.launch(batch)  # step N+1 is queued on the engine stream
-                    host, event = self.engine.to_host(tokens)  # its tokens start their way to the host
-                    args.update(self._trace_args(len(self.stats) - 1))
+                tokens = self.launch(batch)  # step N+1 is queued on the engine stream
+                host, event = self.engine.to_host(tokens)  # its tokens start their way to the host
                 launched = (batch, host, event)
             prev, self.in_flight = self.in_flight, launched
             if prev is None:
                 return []
             batch_prev, host_prev, event_prev = prev
-            with self._span("process") as args:
-                args.update(self._trace_args(len(self.stats) - 1 - (launched is not None)))  # step N's stats
-                if event_prev is not None:
-                    event_prev.synchronize()  # the copy-done event guards the CPU read (the only wait)
-                for row in self.deferred_rows:  # step N, the last to write these rows, is done
-                    self.pool.release_row(row)
-                self.deferred_rows.clear()
-                out = self.process(batch_prev, host_prev.tolist())
-            if self.tracer is not None:
-                self.tracer.flush()  # resolve device spans that have finished (no wait)
-            return out
+            if event_prev is not None:
+                event_prev.synchronize()  # the copy-done event guards the CPU read (the only wait)
+            for row in self.deferred_rows:  # step N, the last to write these rows, is done
+                self.pool.release_row(row)
+            self.deferred_rows.clear()
+            return self.process(batch_prev, host_prev.tolist())
 
     # ---- integrity -----------------------------------------------------------------------------
     def check_integrity(self) -> None:
