@@ -122,12 +122,13 @@ def time_steps(fn, iters: int = 50, warmup: int = 5, sync=None) -> float:
 
 
 # ---- running workloads on an existing engine ---------------------------------------------------
-def fresh_scheduler(llm, overlap: bool):
-    """A new scheduler over the same engine; the old one's prefix cache hands its pages back first."""
+def fresh_scheduler(llm, overlap: bool, tracer=None):
+    """A new scheduler over the same engine (optionally with a step `Tracer`); the old one's prefix
+    cache hands its pages back first."""
     old = llm.scheduler
     llm.engine.pool.free(old.cache.evict(old.cache.evictable_size))
     from .scheduler import Scheduler
-    llm.scheduler = Scheduler(llm.engine, old.max_prefill_tokens, "radix", overlap, tuple(old.eos))
+    llm.scheduler = Scheduler(llm.engine, old.max_prefill_tokens, "radix", overlap, tuple(old.eos), tracer)
     return llm.scheduler
 
 

@@ -41,7 +41,9 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     ap.add_argument("--api-key", default=os.environ.get("MINISGL_API_KEY"),
                     help="require Authorization: Bearer KEY on /v1 (default: $MINISGL_API_KEY)")
     ap.add_argument("--shell", action="store_true", help="an interactive chat in this terminal, no HTTP")
-    ap.add_argument("--trace", default=None, help="append one JSON line per message hop to this file")
+    ap.add_argument("--trace", default=None,
+                    help="write a Chrome/Perfetto step trace (scheduler rank 0) to this file at shutdown")
+    ap.add_argument("--hop-log", default=None, help="append one JSON line per message hop to this file")
     a = ap.parse_args(argv)
     if a.tp < 1 or a.num_tokenizers < 1:
         ap.error("--tp and --num-tokenizers must be >= 1")
@@ -56,7 +58,7 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                         a.page_size, a.max_prefill_tokens, a.cache, a.cuda_graph_max_bs,
                         False if a.no_overlap else None, a.dummy_weights, a.max_running_reqs, a.max_total_tokens,
                         a.context_length, a.num_tokenizers, a.host, a.port, a.api_key,
-                        trace_path=a.trace), a.shell
+                        trace_path=a.hop_log, step_trace_path=a.trace), a.shell
 
 
 def main(argv=None) -> int:

@@ -39,7 +39,8 @@ class ServerConfig:
     port: int = 1919
     api_key: str | None = None
     startup_timeout: float = 600.0
-    trace_path: str | None = None  # if set, every process appends one JSON line per message hop here
+    trace_path: str | None = None  # the hop log (--hop-log): every process appends one JSON line per message hop
+    step_trace_path: str | None = None  # --trace: scheduler rank 0 writes a Perfetto step trace here at shutdown
 
 
 def setup_child(name: str, parent_pid: int) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import nullcontext
 
 import torch
 
@@ -87,7 +88,11 @@ def build_scheduler(cfg: ServerConfig, rank: int):
     except Exception:  # a config-only folder: the eos ids come from generation_config.json, if any
         pass
     overlap = engine.device.type == "cuda" if cfg.overlap is None else cfg.overlap
-    return Scheduler(engine, cfg.max_prefill_tokens, cfg.cache, overlap, eos_ids(cfg.model_path, tokenizer))
+    tracer = None
+    if cfg.step_trace_path and rank == 0:  # every rank takes the same steps: rank 0's trace stands for all
+        from ..trace import Tracer
+        tracer = Tracer(cfg.step_trace_path)
+    return Scheduler(engine, cfg.max_prefill_tokens, cfg.cache, overlap, eos_ids(cfg.model_path, tokenizer), tracer)
 
 
 def stats(sched, uid: int) -> StatsReply:
@@ -131,7 +136,10 @@ def scheduler_loop(sched, io: RankIO, cfg: ServerConfig, name: str) -> None:
     clamped: set[int] = set()  # uids whose first reply must carry the "max_tokens reduced" warning
     while True:
         replies = []
-        msgs = io.receive(block=sched.idle)
+        busy = not sched.idle  # an idle receive is a wait for mail, not work: it is not traced
+        with sched.tracer.span("receive") if sched.tracer and busy else nullcontext({}) as args:
+            msgs = io.receive(block=not busy)
+            args["messages"] = len(msgs)
         trace(cfg, name, "recv UserMsg", [m.uid for m in msgs if isinstance(m, UserMsg)])
         for msg in msgs:
             if isinstance(msg, UserMsg):
@@ -152,6 +160,8 @@ def scheduler_loop(sched, io: RankIO, cfg: ServerConfig, name: str) -> None:
                 replies.append(stats(sched, msg.uid))
             elif isinstance(msg, ExitMsg):
                 io.send(replies + [ExitMsg()])  # the detokenizer stops after our last words
+                if sched.tracer is not None:
+                    log.info("step trace: %s", sched.tracer.save())
                 return
         if not sched.idle:
             for out in sched.step():

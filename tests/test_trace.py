@@ -1,0 +1,93 @@
+"""The step trace (chapter 6): `LLM(trace=PATH)` writes trace-event JSON with one span set per step."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from minisgl_edu import SamplingParams
+from minisgl_edu.trace import CPU_TID, DEVICE_TID, Tracer, validate_trace
+from tiny_model import one_thread, tiny_llm, tiny_model_dir  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20],  # 20 tokens: chunked at 8
+           [5, 6, 7], [5, 6, 7, 8, 9]]
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_trace_has_one_span_set_per_step(tmp_path, overlap):
+    path = str(tmp_path / "steps.json")
+    llm = tiny_llm(tiny_model_dir(str(tmp_path)), trace=path, overlap=overlap, max_prefill_tokens=8)
+    out = llm.generate(PROMPTS, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
+    assert [len(o["token_ids"]) for o in out] == [4, 4, 4]
+    with open(path) as f:
+        obj = json.load(f)
+    validate_trace(obj)
+    stats = llm.scheduler.stats
+    assert any(st.phase == "prefill" and st.tokens == 8 for st in stats)  # the long prompt was chunked
+    spans = [e for e in obj["traceEvents"] if e["ph"] == "X" and "step" in e["args"]]
+    for name, tid in (("schedule", CPU_TID), ("launch", CPU_TID), ("forward", DEVICE_TID), ("process", CPU_TID)):
+        mine = sorted((e for e in spans if e["name"] == name), key=lambda e: e["args"]["step"])
+        assert [e["args"]["step"] for e in mine] == list(range(len(stats))), name  # once per step, each step
+        for e, st in zip(mine, stats):
+            assert e["tid"] == tid
+            assert (e["args"]["phase"], e["args"]["batch_size"], e["args"]["tokens"], e["args"]["cache_hit_tokens"]) \
+                == (st.phase, st.batch_size, st.tokens, st.cache_hit_tokens)
+    cpu = sorted((e for e in obj["traceEvents"] if e["ph"] == "X" and e["tid"] == CPU_TID), key=lambda e: e["ts"])
+    for a, b in zip(cpu, cpu[1:]):  # one thread does these in turn: no two CPU spans overlap
+        assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, (a, b)
+    # on the CPU the forward runs inside its launch span
+    launch = {e["args"]["step"]: e for e in spans if e["name"] == "launch"}
+    for e in (e for e in spans if e["name"] == "forward"):
+        l = launch[e["args"]["step"]]
+        assert l["ts"] - 1e-3 <= e["ts"] and e["ts"] + e["dur"] <= l["ts"] + l["dur"] + 1e-3
+
+
+def test_cache_hits_reach_the_trace(tmp_path):
+    path = str(tmp_path / "steps.json")
+    llm = tiny_llm(tiny_model_dir(str(tmp_path)), trace=path, overlap=False)
+    llm.generate([PROMPTS[0]], SamplingParams(max_tokens=2), use_tqdm=False)
+    llm.generate([PROMPTS[0][:16] + [30, 31]], SamplingParams(max_tokens=2), use_tqdm=False)  # shares 16 tokens
+    with open(path) as f:
+        obj = json.load(f)
+    prefills = [e["args"] for e in obj["traceEvents"] if e["name"] == "schedule" and e["args"].get("phase") == "prefill"]
+    assert [a["cache_hit_tokens"] for a in prefills] == [0, 16]
+    assert [a["tokens"] for a in prefills] == [20, 2]
+
+
+def test_validate_trace_rejects_malformed():
+    t = Tracer()
+    with t.span("x", batch_size=1):
+        pass
+    validate_trace(t.to_json())
+    for bad in ({}, {"traceEvents": [{"ph": "X", "name": "x", "pid": 1, "tid": 1, "ts": 0.0, "dur": -1.0}]},
+                {"traceEvents": [{"ph": "B", "name": "x", "pid": 1, "tid": 1, "ts": 0.0}]}):
+        with pytest.raises(AssertionError):
+            validate_trace(bad)
+
+
+def test_serve_trace_and_hop_log(tmp_path, model_path):
+    """`serve --trace` writes rank 0's step trace at shutdown; `--hop-log` keeps the per-hop JSON lines."""
+    import httpx
+    from test_server import Server
+    from transformers import AutoConfig
+    vocab = AutoConfig.from_pretrained(model_path).vocab_size
+    path = tiny_model_dir(str(tmp_path), vocab=vocab, tokenizer_from=model_path)
+    steps, hops = str(tmp_path / "steps.json"), str(tmp_path / "hops.jsonl")
+    s = Server("--model", path, "--dummy-weights", "--device", "cpu", "--trace", steps, "--hop-log", hops)
+    try:
+        r = httpx.post(s.url + "/v1/completions", json={"model": os.path.basename(path), "prompt": "Hello there",
+                                                        "max_tokens": 3, "ignore_eos": True}, timeout=120)
+        assert r.status_code == 200, r.text
+    finally:
+        s.stop()
+    assert s.proc.returncode == 0
+    with open(steps) as f:
+        obj = json.load(f)
+    validate_trace(obj)
+    names = [e["name"] for e in obj["traceEvents"] if e["ph"] == "X"]
+    assert names.count("forward") == 3 and names.count("schedule") >= 3 and "receive" in names  # 1 prefill + 2 decodes
+    with open(hops) as f:
+        assert {json.loads(line)["proc"] for line in f} >= {"api", "scheduler-rank0", "detokenizer"}
