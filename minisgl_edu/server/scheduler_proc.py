@@ -56,13 +56,12 @@ class RankIO:
             first = self.inbox.get_raw(IDLE_WAIT_MS) if block else None
             raws = ([first] if first is not None else []) + self.inbox.drain_raw()
         if self.size > 1:
-            count = torch.tensor([len(raws)], dtype=torch.int64)
-            torch.distributed.broadcast(count, src=0, group=tp.cpu_group())  # every rank learns how many
+            count = tp.broadcast_count(len(raws))  # every rank learns how many
             if self.rank == 0:
                 for raw in raws:
                     self.to_ranks.put_raw(raw)  # forwarded as received: never decoded and re-encoded
             else:
-                raws = [self.from_rank0.get_raw(RANK_TIMEOUT_MS) for _ in range(int(count))]
+                raws = [self.from_rank0.get_raw(RANK_TIMEOUT_MS) for _ in range(count)]
                 if any(r is None for r in raws):
                     raise RuntimeError("rank 0 announced messages that never arrived")
         return [m for raw in raws for m in unbatch(decode(raw))]
