@@ -87,7 +87,6 @@ class Scheduler:
         cuda = engine.device.type == "cuda"
         self.stream = torch.cuda.Stream(engine.device) if cuda and overlap else None  # the scheduler stream
         self.stats: list[StepStats] = []
-        self.evicted_tokens = 0
         self.tracer = tracer  # a trace.Tracer: per-step spans for Perfetto, or None
         self._timeline = None  # the engine timeline list we switched on for the tracer (cleared each step)
 
