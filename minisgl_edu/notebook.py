@@ -7,6 +7,7 @@ page pool); they never change it.
 from __future__ import annotations
 
 import datetime
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -34,9 +35,10 @@ def _git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
                              timeout=10)
-        return out.stdout.strip() or "unknown"
+        commit = out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        return "unknown"
+        commit = ""
+    return commit or os.environ.get("MINISGL_COMMIT", "unknown")  # a GPU machine gets the tree, not .git
 
 
 def header() -> str:

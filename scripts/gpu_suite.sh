@@ -4,22 +4,10 @@
 # RESULTS.md, the executed notebooks, serve.log.
 #   bash scripts/gpu_suite.sh [tests] [bench] [notebooks] [serve]     (default: all four)
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/out}
-mkdir -p "$OUT"
+source "$(dirname "$0")/gpu_env.sh"
 STAGES=${*:-tests bench notebooks serve}
-export PYTHONUNBUFFERED=1 FLASHINFER_DISABLE_JIT=${FLASHINFER_DISABLE_JIT:-1}
-export PYTHONPATH=${PYTHONPATH:-}:$PWD
-if ! python3 -c "import flashinfer" 2>/dev/null && [ -d .gpu/whl ]; then  # the lent H200 lacks these
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl
-    export PYTHONPATH=/tmp/site:$PYTHONPATH
-    mkdir -p /tmp/site/flashinfer/data/aot && cp -r .gpu/fi_aot/. /tmp/site/flashinfer/data/aot/ 2>/dev/null
-fi
-[ -f .gpu/COMMIT ] && export MINISGL_COMMIT=$(cat .gpu/COMMIT)
 export MINISGL_GPU_REPORT=$OUT/gpu_checks.jsonl
 LOG=$OUT/gpu_suite.log
-status=0
-run() { echo "=== $* ($(date -u +%T))" | tee -a "$LOG"; "$@" 2>&1 | tee -a "$LOG"; local rc=${PIPESTATUS[0]}; [ $rc -ne 0 ] && status=$rc; echo "=== rc=$rc" | tee -a "$LOG"; }
 
 run nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 run python3 -c "import torch, flashinfer; print('torch', torch.__version__, 'flashinfer', flashinfer.__version__, 'commit', '${MINISGL_COMMIT:-?}')"
@@ -31,20 +19,7 @@ bench)
     cp benchmarks/results.json benchmarks/RESULTS.md "$OUT"/ ;;
 notebooks)
     python3 -m ipykernel install --user >/dev/null 2>&1
-    for nb in notebooks/06_overlap.ipynb notebooks/07_kernels_and_graphs.ipynb; do
-        run python3 - "$nb" "$OUT/$(basename "$nb")" <<'PY'
-import sys, time, nbformat
-from nbclient import NotebookClient
-src, dst = sys.argv[1], sys.argv[2]
-nb = nbformat.read(src, as_version=4)
-t = time.time()
-try:
-    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": "notebooks"}}).execute()
-finally:
-    nbformat.write(nb, dst)
-print(f"{src}: executed in {time.time() - t:.0f} s -> {dst}")
-PY
-    done ;;
+    run python3 scripts/run_notebooks.py "$OUT" notebooks/06_overlap.ipynb notebooks/07_kernels_and_graphs.ipynb ;;
 serve)
     if [ -d minisgl_edu/server ]; then
         run timeout 240 python3 - <<'PY'
