@@ -21,11 +21,10 @@ import warnings
 import torch
 
 from .default_model import default_model_path
-from .engine import Engine, EngineConfig
+from .engine import EngineConfig
 from .model import check_tp, load_config
 from .req import SamplingParams
-from .scheduler import Scheduler
-from .trace import Tracer
+from .scheduler import build_scheduler
 from .tp import RankGroup
 
 log = logging.getLogger("minisgl_edu")
@@ -41,6 +40,17 @@ def resolve_model(model: str | None) -> str:
         return snapshot_download(model, local_files_only=True)
     except Exception as e:
         raise ValueError(f"model {model!r} is neither a folder nor in the local Hugging Face cache") from e
+
+
+def load_tokenizer(path: str, warn: bool = True):
+    """The folder's tokenizer, or None: a config-only folder (dummy weights) may have none, and ids still work."""
+    try:
+        from transformers import AutoTokenizer
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as e:
+        if warn:
+            log.warning("no tokenizer in %s (%s): pass token ids", path, e)
+        return None
 
 
 def eos_ids(path: str, tokenizer) -> tuple[int, ...]:
@@ -72,30 +82,18 @@ class LLM:
         engine_cfg = EngineConfig(self.model_path, device, dtype, page_size, max_running_reqs, max_seq_len,
                                   max_total_tokens, dummy_weights=dummy_weights, attention=attention,
                                   cuda_graph_max_bs=cuda_graph_max_bs, seed=seed)
-        self.tp, self.ranks, self.tracer = tp, None, None
+        self.tp, self.ranks, self.engine, self.scheduler, self.tracer = tp, None, None, None, None
         self._uids = itertools.count()
-        if tp > 1:  # chapter 8: every rank is a child process running this same engine + scheduler
+        if tp > 1:
             check_tp(load_config(self.model_path), tp)  # refuse a bad split here, before any process starts
-            self.engine = self.scheduler = None
-            self.tokenizer = self._load_tokenizer()
-            overlap = torch.device(device).type == "cuda" if overlap is None else overlap
-            self.ranks = RankGroup(tp, engine_cfg, dict(max_prefill_tokens=max_prefill_tokens, cache=cache,
-                                   overlap=overlap, eos_token_ids=eos_ids(self.model_path, self.tokenizer)))
-            return
-        self.engine = Engine(engine_cfg)
-        self.tokenizer = self._load_tokenizer()
-        overlap = self.engine.device.type == "cuda" if overlap is None else overlap
-        self.tracer = Tracer(trace) if trace is not None else None
-        self.scheduler = Scheduler(self.engine, max_prefill_tokens, cache, overlap, eos_ids(self.model_path, self.tokenizer),
-                                   self.tracer)
-
-    def _load_tokenizer(self):
-        try:
-            from transformers import AutoTokenizer
-            return AutoTokenizer.from_pretrained(self.model_path)
-        except Exception as e:  # a config-only folder (dummy weights) may have no tokenizer: ids still work
-            log.warning("no tokenizer in %s (%s): pass token ids", self.model_path, e)
-            return None
+        self.tokenizer = load_tokenizer(self.model_path)
+        sched_kw = dict(max_prefill_tokens=max_prefill_tokens, cache=cache, overlap=overlap,
+                        eos_token_ids=eos_ids(self.model_path, self.tokenizer))
+        if tp > 1:  # chapter 8: every rank is a child process running this same engine + scheduler
+            self.ranks = RankGroup(tp, engine_cfg, sched_kw)
+        else:
+            self.scheduler = build_scheduler(engine_cfg, trace=trace, **sched_kw)
+            self.engine, self.tracer = self.scheduler.engine, self.scheduler.tracer
 
     def close(self) -> None:
         """Stop the rank processes (tp > 1) and write the step trace, if any."""

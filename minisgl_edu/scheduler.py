@@ -28,10 +28,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from .engine import Engine
 from .paging import cdiv
 from .prefill import PrefillAdder, pages_to_finish
 from .radix import make_cache
 from .req import Batch, Req, SamplingParams
+from .trace import Tracer
 
 log = logging.getLogger("minisgl_edu")
 
@@ -268,3 +270,12 @@ class Scheduler:
         rows_in_use = sum(r.table_idx >= 0 for r in self.live.values())
         assert len(self.pool.free_rows) + len(self.deferred_rows) + rows_in_use == self.pool.dummy_row, \
             "page-table row leak"
+
+
+def build_scheduler(engine_cfg, max_prefill_tokens: int = 8192, cache: str = "radix", overlap: bool | None = False,
+                    eos_token_ids: tuple[int, ...] = (), trace: str | None = None) -> Scheduler:
+    """One rank's engine and its scheduler, as the offline `LLM`, its TP ranks and the server's ranks build them.
+    overlap=None: on for CUDA. trace: write a step trace to this path (`sched.tracer.save()`)."""
+    engine = Engine(engine_cfg)
+    overlap = engine.device.type == "cuda" if overlap is None else overlap
+    return Scheduler(engine, max_prefill_tokens, cache, overlap, eos_token_ids, Tracer(trace) if trace is not None else None)

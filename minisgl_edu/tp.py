@@ -262,8 +262,7 @@ def _rank_main(rank: int, size: int, init_method: str, engine_cfg, sched_kw: dic
                parent_pid: int, use_count: bool, timeout_s: float) -> None:
     """One rank: build the same engine and scheduler as every other rank, then loop:
     receive (same messages on every rank) -> step. Only rank 0 replies with tokens."""
-    from .engine import Engine
-    from .scheduler import Scheduler
+    from .scheduler import build_scheduler
 
     def wait(q):  # block for the next message, but not beyond our parent's life
         while True:
@@ -279,8 +278,8 @@ def _rank_main(rank: int, size: int, init_method: str, engine_cfg, sched_kw: dic
         if device == "cpu":  # share the cores: N ranks x all threads would oversubscribe them
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
         init_distributed(rank, size, device, init_method, timeout_s)
-        engine = Engine(replace(engine_cfg, device=device))
-        sched = Scheduler(engine, **sched_kw)
+        sched = build_scheduler(replace(engine_cfg, device=device), **sched_kw)
+        engine = sched.engine
         replies.put(("ready", rank, (engine.max_seq_len, engine.pool.num_pages)))
         running = True
         while running:

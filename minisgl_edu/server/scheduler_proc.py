@@ -71,29 +71,6 @@ class RankIO:
             self.to_detokenizer.put(msgs[0] if len(msgs) == 1 else BatchTokenizerMsg(msgs))
 
 
-def build_scheduler(cfg: ServerConfig, rank: int):
-    """Engine + Scheduler for one rank, exactly as the offline `LLM` builds them."""
-    from ..engine import Engine, EngineConfig
-    from ..llm import eos_ids
-    from ..scheduler import Scheduler
-    device = f"cuda:{rank}" if cfg.device == "cuda" else cfg.device
-    engine = Engine(EngineConfig(cfg.model_path, device, None, cfg.page_size, cfg.max_running_reqs,
-                                 cfg.context_length, cfg.max_total_tokens, dummy_weights=cfg.dummy_weights,
-                                 cuda_graph_max_bs=cfg.cuda_graph_max_bs))
-    tokenizer = None
-    try:
-        from transformers import AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(cfg.model_path)
-    except Exception:  # a config-only folder: the eos ids come from generation_config.json, if any
-        pass
-    overlap = engine.device.type == "cuda" if cfg.overlap is None else cfg.overlap
-    tracer = None
-    if cfg.step_trace_path and rank == 0:  # every rank takes the same steps: rank 0's trace stands for all
-        from ..trace import Tracer
-        tracer = Tracer(cfg.step_trace_path)
-    return Scheduler(engine, cfg.max_prefill_tokens, cfg.cache, overlap, eos_ids(cfg.model_path, tokenizer), tracer)
-
-
 def stats(sched, uid: int) -> StatsReply:
     integrity = "busy"
     if sched.idle:
@@ -115,8 +92,19 @@ def run_scheduler(rank: int, cfg: ServerConfig, addrs: Addresses, parent_pid: in
             # ranks share the cores, and one is left to the API and tokenizers: oversubscribed torch threads
             # spin-wait on each other (on 2 busy cores, 2 threads decode ~9x slower than 1)
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.tp - 1))
-        tp.init_distributed(rank, cfg.tp, f"cuda:{rank}" if cfg.device == "cuda" else cfg.device, addrs.tp_init)
-        sched = build_scheduler(cfg, rank)
+        from ..engine import EngineConfig
+        from ..llm import eos_ids, load_tokenizer
+        from ..scheduler import build_scheduler
+        device = f"cuda:{rank}" if cfg.device == "cuda" else cfg.device
+        tp.init_distributed(rank, cfg.tp, device, addrs.tp_init)
+        # the same engine and scheduler as the offline `LLM`; every rank takes the same steps, so rank 0's
+        # step trace stands for all
+        sched = build_scheduler(EngineConfig(cfg.model_path, device, None, cfg.page_size, cfg.max_running_reqs,
+                                             cfg.context_length, cfg.max_total_tokens, dummy_weights=cfg.dummy_weights,
+                                             cuda_graph_max_bs=cfg.cuda_graph_max_bs),
+                                cfg.max_prefill_tokens, cfg.cache, cfg.overlap,
+                                eos_ids(cfg.model_path, load_tokenizer(cfg.model_path, warn=False)),
+                                (rank == 0 and cfg.step_trace_path) or None)
         io = RankIO(rank, cfg.tp, addrs)
         io.wait_for_ranks()
     except BaseException as e:
