@@ -81,7 +81,8 @@ class Engine:
         return max(1, min_over_ranks(tokens) // ps)  # chapter 8: every rank the same pool, so the same decisions
 
     # ---- chapter 7: the ledger becomes kernel arguments ------------------------------------------
-    def prepare(self, batch: Batch) -> None:
+    def prepare(self, batch: Batch) -> np.ndarray:
+        """Fill the batch's kernel arguments; return the flat row of each sampled request's last new token."""
         reqs = batch.reqs
         cached = np.fromiter((r.cached_len for r in reqs), np.int64, len(reqs))
         ext = np.fromiter((r.extend_len for r in reqs), np.int64, len(reqs))
@@ -91,6 +92,7 @@ class Engine:
         batch.input_ids = self.pool.token_pool[to_dev(rows), batch.positions]
         batch.sample_rows = [i for i, r in enumerate(reqs) if not r.is_chunked]
         self.backend.prepare(batch)
+        return (np.cumsum(ext) - 1)[batch.sample_rows]
 
     @contextmanager
     def on_stream(self, wait: bool = True):
@@ -142,7 +144,7 @@ class Engine:
     def _forward(self, batch: Batch) -> torch.Tensor:
         use_graph = self.graphs is not None and self.graphs.can_run(batch)
         batch.padded_size = self.graphs.padded_size(batch.size) if use_graph else 0
-        self.prepare(batch)  # with padded_size set, the backend plans the graph's wrapper
+        last = self.prepare(batch)  # with padded_size set, the backend plans the graph's wrapper
         if use_graph:
             h = self.graphs.replay(batch)
         else:
@@ -150,8 +152,7 @@ class Engine:
         if not batch.sample_rows:
             return torch.zeros(0, dtype=torch.int32, device=self.device)
         sampled = [batch.reqs[i] for i in batch.sample_rows]
-        last = np.cumsum([r.extend_len for r in batch.reqs]) - 1  # each request's last new token
-        logits = self.model.logits(h[to_device(last[batch.sample_rows], self.device)])
+        logits = self.model.logits(h[to_device(last, self.device)])
         tokens = sample(logits, SamplingTensors.from_reqs(sampled, self.vocab_size, self.device), self.generator)
         rows = to_device(np.array([r.table_idx for r in sampled], np.int64), self.device)
         pos = to_device(np.array([r.device_len for r in sampled], np.int64), self.device)
