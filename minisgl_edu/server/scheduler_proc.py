@@ -97,8 +97,7 @@ def run_scheduler(rank: int, cfg: ServerConfig, addrs: Addresses, parent_pid: in
         from ..scheduler import build_scheduler
         device = f"cuda:{rank}" if cfg.device == "cuda" else cfg.device
         tp.init_distributed(rank, cfg.tp, device, addrs.tp_init)
-        # the same engine and scheduler as the offline `LLM`; every rank takes the same steps, so rank 0's
-        # step trace stands for all
+        # as the offline `LLM` builds them; every rank takes the same steps: rank 0's step trace stands for all
         sched = build_scheduler(EngineConfig(cfg.model_path, device, None, cfg.page_size, cfg.max_running_reqs,
                                              cfg.context_length, cfg.max_total_tokens, dummy_weights=cfg.dummy_weights,
                                              cuda_graph_max_bs=cfg.cuda_graph_max_bs),
