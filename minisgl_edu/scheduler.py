@@ -278,4 +278,5 @@ def build_scheduler(engine_cfg, max_prefill_tokens: int = 8192, cache: str = "ra
     overlap=None: on for CUDA. trace: write a step trace to this path (`sched.tracer.save()`)."""
     engine = Engine(engine_cfg)
     overlap = engine.device.type == "cuda" if overlap is None else overlap
-    return Scheduler(engine, max_prefill_tokens, cache, overlap, eos_token_ids, Tracer(trace) if trace is not None else None)
+    tracer = Tracer(trace) if trace is not None else None
+    return Scheduler(engine, max_prefill_tokens, cache, overlap, eos_token_ids, tracer)
