@@ -69,7 +69,7 @@ class Req:
 
     @property
     def remain_len(self) -> int:
-        """Tokens this request may still add to the KV pool (what the prefill adder reserves)."""
+        """Tokens this request may still add to the KV pool (the adder reserves them as pages: `pages_to_finish`)."""
         return self.max_device_len - self.device_len
 
     @property
@@ -98,7 +98,8 @@ class Batch:
     reqs: list[Req]
     phase: Phase
     padded_size: int = 0  # len(reqs) rounded up to a captured CUDA-graph size (decode only)
-    # filled by Engine.prepare (chapter 7): the ledger turned into kernel arguments
+    # the ledger turned into kernel arguments: out_loc by the scheduler (PagePool.assign_locations,
+    # chapter 4), the rest by Engine.prepare (chapter 7)
     input_ids: torch.Tensor | None = None
     positions: torch.Tensor | None = None
     out_loc: torch.Tensor | None = None  # where each new token's K/V is written in the pool

@@ -2,8 +2,8 @@ import torch, os
 os.environ["FLASHINFER_DISABLE_JIT"] = "1"
 from minisgl_edu.model.layers import fused_kernels, RMSNorm, silu_and_mul, RotaryEmbedding
 from transformers import Qwen3Config
-fi = fused_kernels(); print("fused:", fi is not None)
 x = torch.randn(7, 1024, device="cuda", dtype=torch.bfloat16)
+fi = fused_kernels(x); print("fused:", fi is not None, "| float32 falls back:", fused_kernels(x.float()) is None)
 n = RMSNorm(1024, 1e-6).cuda().to(torch.bfloat16); n.weight.data.normal_()
 ref = (n.weight.float() * (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)))
 print("rmsnorm max err", (n(x).float() - ref).abs().max().item())

@@ -17,10 +17,12 @@ from torch import nn
 from ..tp import all_gather_last_dim, all_reduce, get_tp_info, shard_range
 
 
-def fused_kernels():
-    """FlashInfer's fused RMSNorm / RoPE / SiLU-and-mul on CUDA, or None (then plain PyTorch ops).
-    Same maths, fewer kernels: a decode step is dominated by per-kernel cost, not by arithmetic."""
+def fused_kernels(x: torch.Tensor):
+    """FlashInfer's fused RMSNorm / RoPE / SiLU-and-mul for a 16-bit CUDA tensor, or None (then plain
+    PyTorch ops). Same maths, fewer kernels: a decode step is dominated by per-kernel cost, not by arithmetic."""
     global _FUSED
+    if not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16):  # the kernels are 16-bit only
+        return None
     if _FUSED is False and os.environ.get("MINISGL_FUSED", "1") == "0":  # the off switch: plain ops on CUDA too
         _FUSED = None
     if _FUSED is False:
@@ -51,7 +53,7 @@ class RMSNorm(nn.Module):
         self.weight, self.eps = _param(dim), eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.is_cuda and (fi := fused_kernels()) is not None:  # one kernel instead of seven
+        if (fi := fused_kernels(x)) is not None:  # one kernel instead of seven
             return fi.norm.rmsnorm(x.reshape(-1, x.shape[-1]), self.weight, self.eps).view(x.shape)
         # in float32, as Hugging Face does, whatever the model dtype
         h = x.float()
@@ -160,7 +162,7 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_sin", torch.cat([self.cos[:, :half], self.sin[:, :half]], -1), persistent=False)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
-        if q.is_cuda and (fi := fused_kernels()) is not None:  # one in-place kernel for q and k
+        if (fi := fused_kernels(q)) is not None:  # one in-place kernel for q and k
             shape_q, shape_k, d = q.shape, k.shape, q.shape[-1]
             q, k = q.reshape(len(q), -1).contiguous(), k.reshape(len(k), -1).contiguous()
             fi.rope.apply_rope_with_cos_sin_cache_inplace(positions, q, k, d, self.cos_sin, is_neox=True)
@@ -172,7 +174,7 @@ class RotaryEmbedding(nn.Module):
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     """silu(gate) * up for x = [gate | up]."""
-    if x.is_cuda and (fi := fused_kernels()) is not None:
+    if (fi := fused_kernels(x)) is not None:
         return fi.activation.silu_and_mul(x)
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate) * up
