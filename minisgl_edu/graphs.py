@@ -53,7 +53,7 @@ class GraphRunner:
         self.outputs: dict[int, torch.Tensor] = {}
         self.mempool = torch.cuda.graph_pool_handle()  # smaller graphs reuse the largest one's memory
         stream = torch.cuda.Stream(dev)
-        free0 = torch.cuda.mem_get_info(dev)[0]
+        reserved0 = torch.cuda.memory_reserved(dev)  # this process's memory: others may share the GPU
         for bs in tqdm(sorted(self.sizes, reverse=True), desc="capture CUDA graphs", disable=not progress):
             backend.add_graph_wrapper(bs, self.kv_indices)
             batch = self._static_batch(bs)  # all lanes are padding during capture
@@ -68,7 +68,7 @@ class GraphRunner:
             self.graphs[bs] = g
         torch.cuda.synchronize(dev)
         log.info("CUDA graphs captured for decode batch sizes %s (%.0f MiB)", self.sizes,
-                 (free0 - torch.cuda.mem_get_info(dev)[0]) / 2**20)
+                 (torch.cuda.memory_reserved(dev) - reserved0) / 2**20)
 
     def _static_batch(self, padded: int) -> Batch:
         b = Batch([], "decode", padded_size=padded)

@@ -31,6 +31,8 @@ def _cpu_model() -> str:
 
 
 def _git_commit() -> str:
+    if os.environ.get("MINISGL_COMMIT"):  # set by scripts/gpu_env.sh: a GPU machine gets the tree, not our .git
+        return os.environ["MINISGL_COMMIT"]
     here = Path(__file__).resolve().parent
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
@@ -38,7 +40,7 @@ def _git_commit() -> str:
         commit = out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         commit = ""
-    return commit or os.environ.get("MINISGL_COMMIT", "unknown")  # a GPU machine gets the tree, not .git
+    return commit or "unknown"
 
 
 def header() -> str:

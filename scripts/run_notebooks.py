@@ -4,7 +4,7 @@
 
 Each notebook runs in its own kernel with `notebooks/` as working directory (so `from solutions import
 chNN` works) and is written to OUTDIR under its own name, also when a cell fails, so the error is
-visible. Notebooks that time things (06, 07) run alone, after the others, which run a few at a time.
+visible. One at a time: several notebooks print timings, and nothing else should share the machine.
 Exit status 1 if any notebook failed.
 """
 from __future__ import annotations
@@ -12,13 +12,10 @@ from __future__ import annotations
 import re
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-
-TIMED = ("06_", "07_")  # their outputs are timings: nothing else may run beside them
 
 
 def merge_streams(nb) -> None:
@@ -45,7 +42,7 @@ def execute(src: Path, outdir: Path) -> tuple[str, float, str]:
     t = time.time()
     error = ""
     try:
-        NotebookClient(nb, timeout=600, kernel_name="python3",
+        NotebookClient(nb, timeout=300, kernel_name="python3",
                        resources={"metadata": {"path": str(src.parent)}}).execute()
     except Exception as e:  # noqa: BLE001 - report every failure, keep going with the others
         error = f"{type(e).__name__}: {str(e).strip().splitlines()[-1] if str(e).strip() else ''}"
@@ -58,18 +55,12 @@ def main() -> int:
     outdir = Path(sys.argv[1])
     outdir.mkdir(parents=True, exist_ok=True)
     paths = [Path(p) for p in sys.argv[2:]] or sorted(Path("notebooks").glob("[0-9][0-9]_*.ipynb"))
-    shared = [p for p in paths if not p.name.startswith(TIMED)]
-    alone = [p for p in paths if p.name.startswith(TIMED)]
-    results = []
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        for name, secs, err in pool.map(lambda p: execute(p, outdir), shared):
-            print(f"{name}: {secs:5.0f} s {'FAILED ' + err if err else 'ok'}", flush=True)
-            results.append(err)
-    for p in alone:
-        name, secs, err = execute(p, outdir)
+    failed = 0
+    for path in paths:
+        name, secs, err = execute(path, outdir)
         print(f"{name}: {secs:5.0f} s {'FAILED ' + err if err else 'ok'}", flush=True)
-        results.append(err)
-    return 1 if any(results) else 0
+        failed += bool(err)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
