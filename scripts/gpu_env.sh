@@ -7,6 +7,7 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 FLASHINFER_DISABLE_JIT=${FLASHINFER_DISABLE_JIT:-1} NCCL_NVLS_ENABLE=0
 export PYTHONPATH=${PYTHONPATH:-}:$PWD
+export PYTHONWARNINGS="ignore:IProgress not found"  # no ipywidgets there: notebooks get text progress bars
 if ! python3 -c "import flashinfer" 2>/dev/null && [ -d .gpu/whl ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl
     export PYTHONPATH=/tmp/site:$PYTHONPATH

@@ -23,7 +23,6 @@ if [ "${1:-}" = prepare ]; then
 fi
 source "$(dirname "$0")/gpu_env.sh"
 LOG=$OUT/gpu_notebooks.log
-export PYTHONWARNINGS="ignore:IProgress not found"  # no ipywidgets there: tqdm falls back to text bars
 if [ -f .nbw/gguf.00 ]; then  # the GGUF pieces sent by the earlier calls
     mkdir -p /tmp/nbw && cat .nbw/gguf.* > /tmp/nbw/$GGUF
     echo "$GGUF_SHA256  /tmp/nbw/$GGUF" | sha256sum -c - || exit 1
