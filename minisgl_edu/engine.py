@@ -15,7 +15,7 @@ import torch
 
 from .attention import make_backend
 from .model import build_model, load_config
-from .paging import KVCache, PagePool, ragged_arange, to_device
+from .paging import KVCache, PagePool, extend_spans, to_device
 from .req import Batch
 from .sampling import SamplingTensors, sample
 from .tp import min_over_ranks
@@ -84,11 +84,9 @@ class Engine:
     def prepare(self, batch: Batch) -> np.ndarray:
         """Fill the batch's kernel arguments; return the flat row of each sampled request's last new token."""
         reqs = batch.reqs
-        cached = np.fromiter((r.cached_len for r in reqs), np.int64, len(reqs))
-        ext = np.fromiter((r.extend_len for r in reqs), np.int64, len(reqs))
-        rows = np.repeat(np.fromiter((r.table_idx for r in reqs), np.int64, len(reqs)), ext)
+        _, ext, rows, pos = extend_spans(reqs)
         to_dev = lambda a: to_device(a, self.device)
-        batch.positions = to_dev(ragged_arange(cached, ext))
+        batch.positions = to_dev(pos)
         batch.input_ids = self.pool.token_pool[to_dev(rows), batch.positions]
         batch.sample_rows = [i for i, r in enumerate(reqs) if not r.is_chunked]
         self.backend.prepare(batch)

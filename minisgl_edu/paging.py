@@ -44,6 +44,15 @@ def ragged_arange(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
     return np.repeat(starts, lens) + offsets
 
 
+def extend_spans(reqs: list[Req]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """What a step extends, flat over the batch: (cached_len per request, extend_len per request,
+    page-table row per new token, position per new token). Shared by assign_locations and Engine.prepare."""
+    cached = np.fromiter((r.cached_len for r in reqs), np.int64, len(reqs))
+    ext = np.fromiter((r.extend_len for r in reqs), np.int64, len(reqs))
+    rows = np.repeat(np.fromiter((r.table_idx for r in reqs), np.int64, len(reqs)), ext)
+    return cached, ext, rows, ragged_arange(cached, ext)
+
+
 class KVCache:
     """Per-layer K and V of shape [num_slots, kv_heads, head_dim]; the last page is the dummy page."""
 
@@ -126,10 +135,7 @@ class PagePool:
         offset) and otherwise opens a fresh page from the free list.
         """
         ps = self.page_size
-        cached = np.fromiter((r.cached_len for r in reqs), np.int64, len(reqs))
-        ext = np.fromiter((r.extend_len for r in reqs), np.int64, len(reqs))
-        rows = np.repeat(np.fromiter((r.table_idx for r in reqs), np.int64, len(reqs)), ext)
-        pos = ragged_arange(cached, ext)
+        cached, ext, rows, pos = extend_spans(reqs)
         first_new = -(-cached // ps)  # logical pages below this already exist
         new_pages = -(-(cached + ext) // ps) - first_new
         lp = pos // ps
