@@ -147,7 +147,8 @@ def timed(obj, name: str, acc: dict, key: str):
 def bench_overhead(num_reqs: int = 256, prompt_len: int = 128, steps: int = 200, page_size: int = 1) -> dict:
     from transformers import LlamaConfig
 
-    from minisgl_edu.engine import Engine, EngineConfig
+    from minisgl_edu.config import SchedulerConfig
+    from minisgl_edu.engine import Engine
     from minisgl_edu.req import SamplingParams
     from minisgl_edu.scheduler import Scheduler
 
@@ -155,10 +156,12 @@ def bench_overhead(num_reqs: int = 256, prompt_len: int = 128, steps: int = 200,
         # a small vocabulary: sampling over 49k logits is device work, not scheduler overhead
         LlamaConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
                     num_key_value_heads=2, max_position_embeddings=4096).save_pretrained(d)
-        engine = Engine(EngineConfig(d, "cpu", page_size=page_size, max_running_reqs=num_reqs,
-                                     max_total_tokens=num_reqs * (prompt_len + steps + 32), dummy_weights=True))
+        cfg = SchedulerConfig(model_path=d, device="cpu", page_size=page_size, max_running_reqs=num_reqs,
+                              max_total_tokens=num_reqs * (prompt_len + steps + 32), dummy_weights=True,
+                              max_prefill_tokens=num_reqs * prompt_len)
+        engine = Engine(cfg)
     engine.model = StubModel(64, engine.vocab_size)
-    sched = Scheduler(engine, max_prefill_tokens=num_reqs * prompt_len)
+    sched = Scheduler(engine, cfg)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # host bookkeeping is single-threaded; idle OpenMP workers only add noise
     for uid in range(num_reqs):

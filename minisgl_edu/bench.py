@@ -127,8 +127,10 @@ def fresh_scheduler(llm, overlap: bool, tracer=None):
     cache hands its pages back first."""
     old = llm.scheduler
     llm.engine.pool.free(old.cache.evict(old.cache.evictable_size))
+    from dataclasses import replace
+
     from .scheduler import Scheduler
-    llm.scheduler = Scheduler(llm.engine, old.max_prefill_tokens, "radix", overlap, tuple(old.eos), tracer)
+    llm.scheduler = Scheduler(llm.engine, replace(old.cfg, cache="radix", overlap=overlap), tuple(old.eos), tracer)
     return llm.scheduler
 
 

@@ -2,19 +2,21 @@
 
 The engine turns a `Batch` (chapter 2) into next tokens. `prepare()` is chapter 7's "ledger to
 kernel arguments": positions, input ids gathered from the token pool, and the backend's metadata.
+`EngineConfig` lives in `config.py` (the config chain) and is re-exported here.
 """
 from __future__ import annotations
 
 import logging
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from .attention import make_backend
+from .config import EngineConfig, default_device  # noqa: F401  (EngineConfig: re-exported)
 from .model import build_model, load_config
+from .model.layers import use_fused_kernels
 from .paging import KVCache, PagePool, extend_spans, to_device
 from .req import Batch
 from .sampling import SamplingTensors, sample
@@ -23,28 +25,13 @@ from .tp import min_over_ranks
 log = logging.getLogger("minisgl_edu")
 
 
-@dataclass
-class EngineConfig:
-    model_path: str
-    device: str = "cpu"
-    dtype: torch.dtype | None = None  # default: float32 on CPU, bfloat16 on CUDA
-    page_size: int = 1
-    max_running_reqs: int = 256
-    max_seq_len: int | None = None  # default: the model's max_position_embeddings
-    max_total_tokens: int | None = None  # KV pool size; default: 32k on CPU, memory_fraction on CUDA
-    memory_fraction: float = 0.85
-    dummy_weights: bool = False
-    attention: str | None = None  # "reference" | "flashinfer"; default by device
-    cuda_graph_max_bs: int = 256
-    seed: int = 0
-
-
 class Engine:
     def __init__(self, cfg: EngineConfig):
         self.cfg = cfg
-        self.device = torch.device(cfg.device)
+        self.device = torch.device(cfg.device or default_device())
         if cfg.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {cfg.page_size}")
+        use_fused_kernels(cfg.fused_kernels)  # one engine per process decides for its layers
         self.dtype = cfg.dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.model_config = mc = load_config(cfg.model_path)
         self.max_seq_len = min(cfg.max_seq_len or mc.max_position_embeddings, mc.max_position_embeddings)

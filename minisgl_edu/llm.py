@@ -1,4 +1,4 @@
-"""The offline API: the scheduler in this process, no ZMQ.
+"""The offline API: the scheduler in this process (tp=1), no ZMQ.
 
     from minisgl_edu import LLM, SamplingParams
     llm = LLM()                                   # the default model, device picked automatically
@@ -9,90 +9,165 @@ String prompts are used as they are (raw text) unless `chat=True`, which wraps e
 chat template as one user message.
 
 `LLM(trace="steps.json")` writes a Chrome/Perfetto step trace (chapter 6) each time `generate`
-returns; open it in https://ui.perfetto.dev.
+returns (with tp > 1: rank 0, at `close()`); open it in https://ui.perfetto.dev.
+
+`LLM(tp=N)` runs N scheduler rank processes, the very ones `serve --tp N` runs (`RankGroup`).
 """
 from __future__ import annotations
 
 import itertools
 import logging
-import os
+import time
 import warnings
+import weakref
+from dataclasses import replace
 
 import torch
 
-from .default_model import default_model_path
-from .engine import EngineConfig
+from .config import SchedulerConfig, default_device, load_tokenizer, resolve_model
+from .messages import (AbortMsg, BatchBackendMsg, DetokenizeMsg, RankReport, RecordMsg, ReportMsg, StepRecord,
+                       UserMsg, unbatch)
 from .model import check_tp, load_config
 from .req import SamplingParams
 from .scheduler import build_scheduler
-from .tp import RankGroup
 
 log = logging.getLogger("minisgl_edu")
 
 
-def resolve_model(model: str | None) -> str:
-    if model is None:
-        return default_model_path()
-    if os.path.isdir(model):
-        return model
-    from huggingface_hub import snapshot_download  # only what is already in the local hub cache
-    try:
-        return snapshot_download(model, local_files_only=True)
-    except Exception as e:
-        raise ValueError(f"model {model!r} is neither a folder nor in the local Hugging Face cache") from e
+class RankFailed(RuntimeError):
+    """A rank of `LLM(tp>1)` raised, died, or went silent: the message names it (with its traceback)."""
 
 
-def load_tokenizer(path: str, warn: bool = True):
-    """The folder's tokenizer, or None: a config-only folder (dummy weights) may have none, and ids still work."""
-    try:
-        from transformers import AutoTokenizer
-        return AutoTokenizer.from_pretrained(path)
-    except Exception as e:
-        if warn:
-            log.warning("no tokenizer in %s (%s): pass token ids", path, e)
-        return None
+class RankGroup:
+    """`LLM(tp=N)`'s ranks: the server's scheduler rank processes (`server/scheduler_proc.py`), with
+    this process in the tokenizer's and the detokenizer's place. It pushes messages to rank 0's
+    mailbox (rank 0 forwards them to the others) and reads the replies; every wait has a limit and
+    checks that the ranks are alive, so a dead or stuck rank raises `RankFailed`, never a hang."""
 
+    def __init__(self, cfg: SchedulerConfig):
+        from .server.launcher import StartupError, start_workers
+        from .server.queues import pull, push
+        self.size, self.timeout_s = cfg.tp, cfg.tp_timeout_s
+        self.live_steps: list[tuple[int, object]] = []  # (rank, BatchRecord) as the ranks started them
+        try:
+            self.workers = start_workers(cfg, frontend=False)
+        except StartupError as e:
+            raise RankFailed(str(e)) from None
+        self.to_rank0, self.replies = push(self.workers.addrs.scheduler), pull(self.workers.addrs.detokenizer)
+        self._finalizer = weakref.finalize(self, self._stop, self.workers, self.to_rank0, self.replies)
 
-def eos_ids(path: str, tokenizer) -> tuple[int, ...]:
-    ids = set()
-    try:
-        from transformers import GenerationConfig
-        e = GenerationConfig.from_pretrained(path).eos_token_id
-        ids.update(e if isinstance(e, list) else [e] if e is not None else [])
-    except OSError:
-        pass
-    if not ids and tokenizer is not None and tokenizer.eos_token_id is not None:
-        ids.add(tokenizer.eos_token_id)
-    return tuple(ids)
+    @staticmethod
+    def _stop(workers, *sockets) -> None:
+        from .server.launcher import stop_workers
+        stop_workers(workers, graceful=workers.dead() is None)
+        for q in sockets:
+            q.close()
+
+    @property
+    def procs(self):
+        return self.workers.procs
+
+    @property
+    def alive(self) -> bool:
+        return any(p.is_alive() for p in self.procs)
+
+    def publish(self, msg) -> None:
+        """One message into rank 0's mailbox: every rank will apply it in the same step."""
+        self.to_rank0.put(msg)
+
+    def next_replies(self, timeout_s: float | None = None) -> list:
+        """The next replies (live StepRecords go to `live_steps`); raise RankFailed if a rank failed,
+        died, or nothing came in time. The default limit is a backstop: a stuck collective raises
+        inside the ranks after `tp_timeout_s`."""
+        timeout_s = timeout_s or self.timeout_s + 60
+        deadline = time.monotonic() + timeout_s
+        while True:
+            msg = self.replies.get(timeout_ms=200)
+            if msg is None:
+                self._check(deadline, timeout_s)
+                continue
+            out = [m for m in unbatch(msg) if not isinstance(m, StepRecord)]
+            self.live_steps += [(m.rank, m.record) for m in unbatch(msg) if isinstance(m, StepRecord)]
+            if out:
+                return out
+
+    def _check(self, deadline: float, timeout_s: float) -> None:
+        ack, rank = self.workers.ack, lambda name: name.removeprefix("scheduler-rank")
+        errors = list(iter(lambda: ack.get(timeout_ms=0), None))
+        if errors:  # a collective failing on one rank usually fails the others too: gather them
+            errors += iter(lambda: ack.get(timeout_ms=2000), None)
+        dead = [p for p in self.procs if p.exitcode is not None and p.name not in {m.name for m in errors}]
+        if errors or dead:
+            self._fail("; ".join([f"rank {rank(p.name)} exited with code {p.exitcode}" for p in dead] +
+                                 [f"rank {rank(m.name)} failed:\n{m.error}" for m in errors]))
+        if time.monotonic() > deadline:
+            self._fail(f"no reply from the ranks within {timeout_s:.0f} s")
+
+    def _fail(self, msg: str) -> None:
+        self.close()
+        raise RankFailed(msg)
+
+    def generate(self, requests: list[tuple[int, list[int], SamplingParams]]) -> dict[int, dict]:
+        """Queue (uid, token ids, SamplingParams) on every rank and wait for rank 0's tokens. Returns
+        {uid: {"token_ids", "finish_reason", "clamped"}}; a refused request aborts the others and
+        raises its ValueError, as `Scheduler.add_request` does for tp=1."""
+        self.publish(BatchBackendMsg([UserMsg(uid, torch.tensor(ids, dtype=torch.int32), sp)
+                                      for uid, ids, sp in requests]))
+        out = {uid: {"token_ids": [], "finish_reason": None, "clamped": False} for uid, _, _ in requests}
+        left, errors = set(out), []
+        while left:
+            for m in self.next_replies():
+                if not isinstance(m, DetokenizeMsg) or m.uid not in left:
+                    continue
+                o = out[m.uid]
+                o["token_ids"] += [m.next_token] if m.next_token >= 0 else []
+                o["clamped"] |= m.clamped
+                if m.error is not None and not errors:  # all or none: abort what was queued
+                    errors.append(m.error)
+                    self.publish(BatchBackendMsg([AbortMsg(uid) for uid in left if uid != m.uid]))
+                if m.finished:
+                    o["finish_reason"] = m.finish_reason
+                    left.discard(m.uid)
+        if errors:
+            raise ValueError(errors[0])
+        return out
+
+    def record(self, logits: bool = False, live: bool = False, stop: bool = False) -> None:
+        """Make every rank record each step it runs from now on (see `RecordMsg`)."""
+        self.publish(RecordMsg(logits, live, stop))
+
+    def reports(self) -> list[RankReport]:
+        """Every rank's shard shapes and the steps it ran since the last report."""
+        self.publish(ReportMsg())
+        got: dict[int, RankReport] = {}
+        while len(got) < self.size:
+            got.update((m.rank, m) for m in self.next_replies() if isinstance(m, RankReport))
+        return [got[r] for r in sorted(got)]
+
+    def close(self) -> None:
+        self._finalizer()
 
 
 class LLM:
-    def __init__(self, model: str | None = None, device: str | None = None, dtype: torch.dtype | None = None,
-                 page_size: int = 1, max_prefill_tokens: int = 8192, cache: str = "radix",
-                 dummy_weights: bool = False, tp: int = 1, overlap: bool | None = None,
-                 cuda_graph_max_bs: int = 256, max_running_reqs: int = 256, max_total_tokens: int | None = None,
-                 max_seq_len: int | None = None, attention: str | None = None, seed: int = 0,
-                 trace: str | None = None):
-        if tp < 1:
-            raise ValueError(f"tp must be >= 1, got {tp}")
-        if trace is not None and tp > 1:
-            raise ValueError("trace= is for tp=1 here; `serve --tp N --trace PATH` traces rank 0")
-        device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.model_path = resolve_model(model)
-        engine_cfg = EngineConfig(self.model_path, device, dtype, page_size, max_running_reqs, max_seq_len,
-                                  max_total_tokens, dummy_weights=dummy_weights, attention=attention,
-                                  cuda_graph_max_bs=cuda_graph_max_bs, seed=seed)
-        self.tp, self.ranks, self.engine, self.scheduler, self.tracer = tp, None, None, None, None
+    """`LLM(model=None, **kw)`: every keyword is a field of `config.SchedulerConfig` (device, dtype,
+    page_size, max_prefill_tokens, cache, dummy_weights, tp, overlap, attention, fused_kernels, trace, ...)."""
+
+    def __init__(self, model: str | None = None, **kw):
+        self.cfg = cfg = SchedulerConfig(model_path=resolve_model(model), **kw)
+        if cfg.device is None:
+            self.cfg = cfg = replace(cfg, device=default_device())
+        if cfg.tp < 1:
+            raise ValueError(f"tp must be >= 1, got {cfg.tp}")
+        self.model_path, self.tp = cfg.model_path, cfg.tp
+        self.ranks, self.engine, self.scheduler, self.tracer = None, None, None, None
         self._uids = itertools.count()
-        if tp > 1:
-            check_tp(load_config(self.model_path), tp)  # refuse a bad split here, before any process starts
+        if cfg.tp > 1:
+            check_tp(load_config(self.model_path), cfg.tp)  # refuse a bad split here, before any process starts
         self.tokenizer = load_tokenizer(self.model_path)
-        sched_kw = dict(max_prefill_tokens=max_prefill_tokens, cache=cache, overlap=overlap,
-                        eos_token_ids=eos_ids(self.model_path, self.tokenizer))
-        if tp > 1:  # chapter 8: every rank is a child process running this same engine + scheduler
-            self.ranks = RankGroup(tp, engine_cfg, sched_kw)
+        if cfg.tp > 1:  # chapter 8: every rank is a child process running this same engine + scheduler
+            self.ranks = RankGroup(cfg)
         else:
-            self.scheduler = build_scheduler(engine_cfg, trace=trace, **sched_kw)
+            self.scheduler = build_scheduler(cfg)
             self.engine, self.tracer = self.scheduler.engine, self.scheduler.tracer
 
     def close(self) -> None:

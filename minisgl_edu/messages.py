@@ -5,6 +5,9 @@ A request passes four kinds of process, joined only by messages:
     API server --TokenizeMsg--> tokenizer --UserMsg--> scheduler rank 0 (--raw bytes--> ranks 1..N-1)
     scheduler rank 0 --DetokenizeMsg--> detokenizer --UserReply--> API server
 
+`LLM(tp=N)` runs the same scheduler ranks and plays tokenizer and detokenizer itself; chapter 8's
+`RecordMsg`/`ReportMsg` ask every rank what it decided, answered as `StepRecord`/`RankReport`.
+
 Every message is a small dataclass. The encoder is schema-less, as in Mini-SGLang: it walks the
 dataclass fields, writes the class name under `__type__`, turns a 1-D CPU tensor into raw bytes
 plus its dtype, and hands the resulting dict to msgpack. Adding a message type is adding a
@@ -62,7 +65,7 @@ class ExitMsg:
 
 @dataclass
 class BatchBackendMsg:
-    data: list[UserMsg | AbortMsg | StatsMsg | ExitMsg]
+    data: list[UserMsg | AbortMsg | StatsMsg | ExitMsg | RecordMsg | ReportMsg]
 
 
 # ---- scheduler -> detokenizer --------------------------------------------------------------------
@@ -112,6 +115,62 @@ class BatchFrontendMsg:
     data: list[UserReply | StatsReply]
 
 
+# ---- chapter 8's debugging exchange: what each rank decided (every rank -> the LLM(tp>1) caller) ---
+@dataclass
+class RecordMsg:
+    """Every rank records each step it runs from now on (and its logits: `logits`); `live`: each rank
+    also sends each step as it starts it (a `StepRecord`, seen even if the rank then hangs or crashes);
+    `stop`: recording ends (it syncs the host every step: keep it out of timings)."""
+    logits: bool = False
+    live: bool = False
+    stop: bool = False
+
+
+@dataclass
+class ReportMsg:
+    """Every rank answers with a `RankReport` of the steps it recorded since the last one."""
+
+
+@dataclass
+class BatchRecord:
+    """One step as a rank saw it: enough to tell whether two ranks made the same decision."""
+    phase: str
+    uids: tuple[int, ...]
+    cached_lens: tuple[int, ...]
+    extend_lens: tuple[int, ...]
+    out_loc: tuple[int, ...]  # the KV slots this step writes: the page allocations
+    tokens: tuple[int, ...] | None = None  # sampled this step (None: the forward did not finish)
+
+    def __post_init__(self):  # lists off the wire become tuples again: records compare equal across ranks
+        for f in ("uids", "cached_lens", "extend_lens", "out_loc", "tokens"):
+            if isinstance(getattr(self, f), list):
+                setattr(self, f, tuple(getattr(self, f)))
+
+
+@dataclass
+class StepRecord:
+    rank: int
+    record: BatchRecord
+
+
+@dataclass
+class RankReport:
+    rank: int
+    device: str
+    shard_shapes: dict[str, tuple[int, ...]]
+    records: list[BatchRecord]
+    flat_logits: list[torch.Tensor]  # each recorded step's logits, flattened: only 1-D tensors cross
+    vocab: int = 1
+
+    def __post_init__(self):
+        self.shard_shapes = {n: tuple(s) for n, s in self.shard_shapes.items()}
+
+    @property
+    def logits(self) -> list[torch.Tensor]:
+        """Each recorded step's [sampled rows, vocab] logits."""
+        return [t.view(-1, self.vocab) for t in self.flat_logits]
+
+
 # ---- process start-up ----------------------------------------------------------------------------
 @dataclass
 class AckMsg:
@@ -123,7 +182,8 @@ class AckMsg:
 
 MESSAGE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     SamplingParams, TokenizeMsg, UserMsg, AbortMsg, StatsMsg, ExitMsg, BatchBackendMsg, DetokenizeMsg,
-    StatsReply, BatchTokenizerMsg, UserReply, BatchFrontendMsg, AckMsg)}
+    StatsReply, BatchTokenizerMsg, UserReply, BatchFrontendMsg, RecordMsg, ReportMsg, BatchRecord, StepRecord,
+    RankReport, AckMsg)}
 
 # dtypes a boundary may carry (numpy must hold them, so no bfloat16): token ids, and floats for debugging
 _DTYPES = {str(d).removeprefix("torch."): d for d in (torch.int32, torch.int64, torch.float32, torch.uint8)}

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from .config import SchedulerConfig, eos_ids
 from .engine import Engine
 from .paging import cdiv
 from .prefill import PrefillAdder, pages_to_finish
@@ -70,24 +71,25 @@ class StepStats:
 
 
 class Scheduler:
-    def __init__(self, engine, max_prefill_tokens: int = 8192, cache: str = "radix", overlap: bool = False,
-                 eos_token_ids: tuple[int, ...] = (), tracer=None):
-        if max_prefill_tokens < 1:
-            raise ValueError(f"max_prefill_tokens must be >= 1, got {max_prefill_tokens}")
+    def __init__(self, engine, cfg: SchedulerConfig | None = None, eos_token_ids: tuple[int, ...] = (), tracer=None):
+        cfg = cfg or SchedulerConfig(model_path=engine.cfg.model_path)  # the switches' defaults
+        if cfg.max_prefill_tokens < 1:
+            raise ValueError(f"max_prefill_tokens must be >= 1, got {cfg.max_prefill_tokens}")
+        self.cfg = cfg
         self.engine, self.pool = engine, engine.pool
         self.page_size = self.pool.page_size
-        self.cache = make_cache(cache, self.page_size, engine.device)
+        self.cache = make_cache(cfg.cache, self.page_size, engine.device)
         self.pool.evict_fn = self.cache.evict
-        self.max_prefill_tokens = max_prefill_tokens
-        self.overlap = overlap
+        self.max_prefill_tokens = cfg.max_prefill_tokens
+        cuda = engine.device.type == "cuda"
+        self.overlap = cuda if cfg.overlap is None else cfg.overlap
         self.eos = set(eos_token_ids)
         self.pending: deque[Req] = deque()  # waiting for admission; a chunked request sits in front
         self.running: list[Req] = []  # decoding
         self.live: dict[int, Req] = {}  # every request not yet finished, by uid
         self.in_flight = None  # overlap: (batch, tokens on their way to the host, copy-done event)
         self.deferred_rows: list[int] = []  # overlap: rows of requests the in-flight step still writes
-        cuda = engine.device.type == "cuda"
-        self.stream = torch.cuda.Stream(engine.device) if cuda and overlap else None  # the scheduler stream
+        self.stream = torch.cuda.Stream(engine.device) if cuda and self.overlap else None  # the scheduler stream
         self.stats: list[StepStats] = []
         self.tracer = tracer  # a trace.Tracer: per-step spans for Perfetto, or None
         self._timeline = None  # the engine timeline list we switched on for the tracer (cleared each step)
@@ -272,11 +274,7 @@ class Scheduler:
             "page-table row leak"
 
 
-def build_scheduler(engine_cfg, max_prefill_tokens: int = 8192, cache: str = "radix", overlap: bool | None = False,
-                    eos_token_ids: tuple[int, ...] = (), trace: str | None = None) -> Scheduler:
-    """One rank's engine and its scheduler, as the offline `LLM`, its TP ranks and the server's ranks build them.
-    overlap=None: on for CUDA. trace: write a step trace to this path (`sched.tracer.save()`)."""
-    engine = Engine(engine_cfg)
-    overlap = engine.device.type == "cuda" if overlap is None else overlap
-    tracer = Tracer(trace) if trace is not None else None
-    return Scheduler(engine, max_prefill_tokens, cache, overlap, eos_token_ids, tracer)
+def build_scheduler(cfg: SchedulerConfig) -> Scheduler:
+    """One rank's engine and its scheduler, as the offline `LLM` and every scheduler rank build them."""
+    engine = Engine(cfg)
+    return Scheduler(engine, cfg, eos_ids(cfg.model_path), Tracer(cfg.trace) if cfg.trace is not None else None)

@@ -15,50 +15,51 @@ import logging
 import os
 import signal
 import sys
+from dataclasses import replace
 
-from .server.common import ServerConfig
+from .config import ServerConfig
 
 
 def parse_args(argv=None) -> tuple[ServerConfig, bool]:
-    ap = argparse.ArgumentParser(prog="python -m minisgl_edu.serve", description=__doc__.split("\n")[0])
+    """The flags are `ServerConfig`'s fields (dashes for underscores); a flag not given keeps the field's default."""
+    ap = argparse.ArgumentParser(prog="python -m minisgl_edu.serve", description=__doc__.split("\n")[0],
+                                 argument_default=argparse.SUPPRESS)  # unset flags stay out: the defaults live in config.py
     ap.add_argument("--model", default=None, help="a model folder or a Hugging Face id in the local cache "
                                                   "(default: SmolLM2-135M-Instruct)")
-    ap.add_argument("--served-model-name", default=None, help="the name clients use (default: the folder name)")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=1919)
-    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda when present)")
-    ap.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks (one scheduler process each)")
-    ap.add_argument("--page-size", type=int, default=1)
-    ap.add_argument("--max-prefill-tokens", type=int, default=8192, help="the token budget of one prefill step")
-    ap.add_argument("--cache", choices=["radix", "naive"], default="radix")
-    ap.add_argument("--cuda-graph-max-bs", type=int, default=256)
-    ap.add_argument("--no-overlap", action="store_true", help="use the normal scheduler loop on CUDA too")
+    ap.add_argument("--served-model-name", dest="served_name", help="the name clients use (default: the folder name)")
+    ap.add_argument("--host")
+    ap.add_argument("--port", type=int)
+    ap.add_argument("--device", help="cpu or cuda (default: cuda when present)")
+    ap.add_argument("--tp", type=int, help="tensor-parallel ranks (one scheduler process each)")
+    ap.add_argument("--page-size", type=int)
+    ap.add_argument("--max-prefill-tokens", type=int, help="the token budget of one prefill step")
+    ap.add_argument("--cache", choices=["radix", "naive"])
+    ap.add_argument("--attention", choices=["reference", "flashinfer"], help="default: flashinfer on CUDA")
+    ap.add_argument("--cuda-graph-max-bs", type=int)
+    ap.add_argument("--no-overlap", dest="overlap", action="store_false", help="the normal scheduler loop on CUDA too")
+    ap.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
+                    help="plain PyTorch ops instead of FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on CUDA")
     ap.add_argument("--dummy-weights", action="store_true", help="random weights from the config (benchmarks)")
-    ap.add_argument("--max-running-reqs", type=int, default=256)
-    ap.add_argument("--max-total-tokens", type=int, default=None, help="KV pool size in tokens")
-    ap.add_argument("--context-length", type=int, default=None, help="cap the model's context")
-    ap.add_argument("--num-tokenizers", type=int, default=1)
+    ap.add_argument("--max-running-reqs", type=int)
+    ap.add_argument("--max-total-tokens", type=int, help="KV pool size in tokens")
+    ap.add_argument("--max-seq-len", "--context-length", dest="max_seq_len", type=int, help="cap the model's context")
+    ap.add_argument("--num-tokenizers", type=int)
     ap.add_argument("--api-key", default=os.environ.get("MINISGL_API_KEY"),
                     help="require Authorization: Bearer KEY on /v1 (default: $MINISGL_API_KEY)")
-    ap.add_argument("--shell", action="store_true", help="an interactive chat in this terminal, no HTTP")
-    ap.add_argument("--trace", default=None,
-                    help="write a Chrome/Perfetto step trace (scheduler rank 0) to this file at shutdown")
-    ap.add_argument("--hop-log", default=None, help="append one JSON line per message hop to this file")
-    a = ap.parse_args(argv)
-    if a.tp < 1 or a.num_tokenizers < 1:
+    ap.add_argument("--shell", action="store_true", default=False, help="an interactive chat in this terminal, no HTTP")
+    ap.add_argument("--trace", help="write a Chrome/Perfetto step trace (scheduler rank 0) to this file at shutdown")
+    ap.add_argument("--hop-log", help="append one JSON line per message hop to this file")
+    kw = vars(ap.parse_args(argv))
+    if kw.get("tp", 1) < 1 or kw.get("num_tokenizers", 1) < 1:
         ap.error("--tp and --num-tokenizers must be >= 1")
-    import torch
-
-    from .llm import resolve_model
+    from .config import default_device, resolve_model
     from .model import check_tp, load_config
-    device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    path = resolve_model(a.model)
-    check_tp(load_config(path), a.tp)  # refuse a split the model cannot take before any process starts
-    return ServerConfig(path, a.served_model_name or os.path.basename(os.path.normpath(path)), device, a.tp,
-                        a.page_size, a.max_prefill_tokens, a.cache, a.cuda_graph_max_bs,
-                        False if a.no_overlap else None, a.dummy_weights, a.max_running_reqs, a.max_total_tokens,
-                        a.context_length, a.num_tokenizers, a.host, a.port, a.api_key,
-                        trace_path=a.hop_log, step_trace_path=a.trace), a.shell
+    shell = kw.pop("shell")
+    cfg = ServerConfig(model_path=resolve_model(kw.pop("model")), **kw)
+    if cfg.device is None:
+        cfg = replace(cfg, device=default_device())
+    check_tp(load_config(cfg.model_path), cfg.tp)  # refuse a split the model cannot take before any process starts
+    return cfg, shell
 
 
 def main(argv=None) -> int:

@@ -4,9 +4,9 @@ decision every step?
 Only the weights are split (see `model/layers.py`); the *decisions* are not shared at all. Every
 rank runs its own copy of the same scheduler, and the ranks agree because each one is fed the same
 messages in the same steps. Rank 0 alone has the mailbox: it decides how many messages this step
-takes and broadcasts that count over the CPU group; every other rank then reads exactly that many
-from its own copy of the stream (`receive`). Same inputs + same deterministic code = same batch,
-same page allocations, same evictions on every rank, with no scheduler state ever sent.
+takes, broadcasts that count over the CPU group, and forwards the raw bytes; every other rank then
+reads exactly that many (`receive`). Same inputs + same deterministic code = same batch, same page
+allocations, same evictions on every rank, with no scheduler state ever sent.
 
 This module holds, in order:
 
@@ -14,29 +14,19 @@ This module holds, in order:
   (`all_reduce` after a row-parallel layer, `all_gather_last_dim` for vocab-sharded logits);
 * the control-plane collectives (`broadcast_count`, `broadcast_object`, `min_over_ranks`) that
   travel over a gloo group on the host, never through the GPU stream;
-* `BatchRecord`/`BatchRecorder`: what each rank decided each step, to compare across ranks;
-* `RankGroup`: the offline API's ranks as child processes (`LLM(tp=N)`).
+* `receive`, the one rule every scheduler rank reads its messages by (`server/scheduler_proc.py`
+  runs the rank loop, for `serve --tp N` and `LLM(tp=N)` alike).
 
 With `size == 1` every helper is the identity, so the single-GPU path pays nothing.
 """
 from __future__ import annotations
 
 import datetime
-import logging
 import os
-import queue
-import shutil
-import tempfile
-import time
-import traceback
-import weakref
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-
-log = logging.getLogger("minisgl_edu")
-
 
 @dataclass(frozen=True)
 class DistributedInfo:
@@ -154,306 +144,20 @@ def min_over_ranks(n: int) -> int:
     return int(t.item())
 
 
-def receive(inbox, block: bool, use_count: bool = True, wait=None) -> list:
-    """This step's messages, the same on every rank.
+def receive(inbox, block: bool, use_count: bool = True) -> list[bytes]:
+    """This step's messages (raw bytes), the same on every rank.
 
-    Every rank has its own copy of the message stream (`inbox`: anything with `get()` and
-    `get_nowait()` raising `queue.Empty`). Rank 0 takes what has arrived; the others take exactly
-    as many as rank 0 did, waiting for late ones. `block`: the scheduler is idle, so first wait
-    (outside any collective: an idle engine may wait for hours) until one message is here.
-    `use_count=False` lets every rank take whatever *it* has seen: chapter 8's counter-example.
-    `wait(inbox)` is the blocking get (default `inbox.get()`)."""
-    wait = wait or (lambda q: q.get())
-    msgs = [wait(inbox)] if block else []
-    if _TP.is_primary or not use_count:
-        while True:
-            try:
-                msgs.append(inbox.get_nowait())
-            except queue.Empty:
-                break
+    `inbox` is this rank's end of the wires (`server/scheduler_proc.RankInbox`): `take(block)` is
+    what has arrived (on rank 0 its mailbox; `block`: the scheduler is idle, so first wait a little
+    for one), `forward(raws)` re-publishes rank 0's bytes to the others, `next()` is the next
+    forwarded message on ranks 1..N-1. An idle rank 0 wakes up every fraction of a second, so the
+    others never wait inside the broadcast long enough for a collective to time out.
+    `use_count=False` lets every rank take whatever *it* has seen: chapter 8's counter-example."""
+    raws = inbox.take(block) if _TP.is_primary or not use_count else []
     if use_count:
-        n = broadcast_count(len(msgs))
-        while len(msgs) < n:  # the stream is the same on every rank: the missing ones are on their way
-            msgs.append(wait(inbox))
-    return msgs
-
-
-# ---- what each rank decided ----------------------------------------------------------------------
-@dataclass(frozen=True)
-class BatchRecord:
-    """One step as a rank saw it: enough to tell whether two ranks made the same decision."""
-    phase: str
-    uids: tuple[int, ...]
-    cached_lens: tuple[int, ...]
-    extend_lens: tuple[int, ...]
-    out_loc: tuple[int, ...]  # the KV slots this step writes: the page allocations
-    tokens: tuple[int, ...] | None = None  # sampled this step (None: the forward did not finish)
-
-
-class BatchRecorder:
-    """Wrap an engine's `forward` (and optionally its logits) to record every step it runs."""
-
-    def __init__(self, engine, keep_logits: bool = False, on_record=None):
-        self.on_record = on_record  # called with each record before its forward runs
-        self.records: list[BatchRecord] = []
-        self.logits: list[torch.Tensor] = []
-        self.keep_logits = keep_logits
-        forward, logits = engine.forward, engine.model.logits
-
-        def recording_forward(batch, *args, **kw):
-            r = batch.reqs
-            rec = BatchRecord(batch.phase, tuple(q.uid for q in r), tuple(q.cached_len for q in r),
-                              tuple(q.extend_len for q in r), tuple(batch.out_loc.tolist()))
-            self.records.append(rec)  # before the forward: a step that never finishes is still seen
-            if self.on_record is not None:
-                self.on_record(rec)
-            tokens = forward(batch, *args, **kw)
-            if tokens.is_cuda:  # the step may run on the engine's own stream: wait for it (a debugging aid)
-                torch.cuda.synchronize(tokens.device)
-            self.records[-1] = replace(rec, tokens=tuple(tokens.tolist()))
-            return tokens
-
-        def recording_logits(h):
-            out = logits(h)
-            if self.keep_logits:
-                self.logits.append(out.detach().float().cpu())
-            return out
-
-        engine.forward = recording_forward  # instance attributes shadow the methods until detach()
-        engine.model.logits = recording_logits
-        self.engine = engine
-
-    def detach(self) -> None:
-        """Stop recording: the engine's own methods are back (no more host syncs per step)."""
-        del self.engine.forward, self.engine.model.logits
-
-    def take(self) -> tuple[list[BatchRecord], list[torch.Tensor]]:
-        out = (self.records, self.logits)
-        self.records, self.logits = [], []
-        return out
-
-
-def shard_shapes(model) -> dict[str, tuple[int, ...]]:
-    """This rank's parameter shapes, for the first decoder layer and the vocabulary."""
-    keep = ("layers.0.", "embed_tokens", "lm_head")
-    return {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False)
-            if n.startswith(keep) and "norm" not in n}
-
-
-# ---- the offline API's ranks: RankGroup (parent side) and _rank_main (each child) ------------------
-@dataclass
-class RankReport:
-    rank: int
-    device: str
-    shard_shapes: dict[str, tuple[int, ...]]
-    records: list[BatchRecord] = field(default_factory=list)
-    logits: list[torch.Tensor] = field(default_factory=list)
-
-
-class RankFailed(RuntimeError):
-    """A rank raised or died; `reports` holds what each failed rank had recorded."""
-
-    def __init__(self, msg: str, reports: dict[int, RankReport]):
-        super().__init__(msg)
-        self.reports = reports
-
-
-def _rank_main(rank: int, size: int, init_method: str, engine_cfg, sched_kw: dict, inbox, replies,
-               parent_pid: int, use_count: bool, timeout_s: float) -> None:
-    """One rank: build the same engine and scheduler as every other rank, then loop:
-    receive (same messages on every rank) -> step. Only rank 0 replies with tokens."""
-    from .scheduler import build_scheduler
-
-    def wait(q):  # block for the next message, but not beyond our parent's life
-        while True:
-            try:
-                return q.get(timeout=1.0)
-            except queue.Empty:
-                if os.getppid() != parent_pid:
-                    os._exit(1)
-
-    recorder, device = None, "cpu"
-    try:
-        device = f"cuda:{rank}" if torch.device(engine_cfg.device).type == "cuda" else "cpu"
-        if device == "cpu":  # share the cores: N ranks x all threads would oversubscribe them
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // size))
-        init_distributed(rank, size, device, init_method, timeout_s)
-        sched = build_scheduler(replace(engine_cfg, device=device), **sched_kw)
-        engine = sched.engine
-        replies.put(("ready", rank, (engine.max_seq_len, engine.pool.num_pages)))
-        running = True
-        while running:
-            for kind, payload in receive(inbox, block=sched.idle, use_count=use_count, wait=wait):
-                if kind == "exit":  # the same step on every rank: nobody is left inside a collective
-                    running = False
-                    break
-                if kind == "reqs":  # one generate() call: all are queued, or none (same on every rank)
-                    added, error = [], None
-                    try:
-                        for uid, ids, sp in payload:
-                            added.append(sched.add_request(uid, ids, sp))
-                    except ValueError as e:
-                        error = str(e)
-                        for r in added:
-                            sched.abort(r.uid)
-                    if rank == 0:
-                        replies.put(("added", 0, (error, [(r.uid, r.clamped, r.max_device_len) for r in added])))
-                elif kind == "record":  # from now on, keep every step; payload: None (stop) or (logits, live)
-                    if recorder is not None:
-                        recorder.detach()
-                    recorder = None if payload is None else BatchRecorder(
-                        engine, payload[0], (lambda rec: replies.put(("step", rank, rec))) if payload[1] else None)
-                elif kind == "report":
-                    records, logits = recorder.take() if recorder else ([], [])
-                    replies.put(("report", rank, RankReport(rank, device, shard_shapes(engine.model), records, logits)))
-            if running and not sched.idle:
-                outs = sched.step()
-                if rank == 0 and outs:
-                    replies.put(("tokens", 0, outs))
-    except BaseException:
-        records, logits = recorder.take() if recorder else ([], [])
-        replies.put(("error", rank, (traceback.format_exc(), RankReport(rank, device, {}, records, logits))))
-        code = 1
-    else:
-        code = 0
-    replies.close()
-    replies.join_thread()  # every reply has left this process
-    os._exit(code)  # no slow teardown (torch, process groups): the OS reclaims it all
-
-
-def _stop(procs, inboxes, root) -> None:
-    """Ask every rank to exit, then make sure: no rank outlives this call (no orphans)."""
-    for q in inboxes:
-        try:
-            q.put(("exit", None))
-        except (ValueError, OSError):
-            pass
-    deadline = time.monotonic() + 10
-    for p in procs:
-        p.join(timeout=max(0.1, deadline - time.monotonic()))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join(timeout=5)
-    shutil.rmtree(root, ignore_errors=True)
-
-
-class RankGroup:
-    """Ranks 0..size-1 of one engine as child processes; this process only publishes messages.
-
-    The parent plays the tokenizer's part: it puts each message into *every* rank's inbox (as the
-    server's rank 0 re-publishes raw bytes to ranks 1..N-1), and `receive` makes the ranks take the
-    same messages in the same step. Every wait has a limit and checks that the ranks are alive,
-    so a dead or stuck rank raises `RankFailed` here instead of hanging."""
-
-    def __init__(self, size: int, engine_cfg, sched_kw: dict, use_count: bool = True, timeout_s: float = 600.0,
-                 startup_timeout_s: float = 900.0):
-        import torch.multiprocessing as mp
-        ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited threads, CUDA or process groups
-        self.size, self.timeout_s = size, timeout_s
-        self.live_steps: list[tuple[int, BatchRecord]] = []  # (rank, record) as the ranks started them
-        self.root = tempfile.mkdtemp(prefix="minisgl-tp-")  # mode 0700: the rendezvous file is ours alone
-        init_method = f"file://{self.root}/init"
-        self.inboxes = [ctx.Queue() for _ in range(size)]
-        self.replies = ctx.Queue()
-        self.procs = [ctx.Process(target=_rank_main, name=f"minisgl-tp-rank{r}", daemon=True,
-                                  args=(r, size, init_method, engine_cfg, sched_kw, self.inboxes[r], self.replies,
-                                        os.getpid(), use_count, timeout_s))
-                      for r in range(size)]
-        self._finalizer = weakref.finalize(self, _stop, self.procs, self.inboxes, self.root)
-        for p in self.procs:
-            p.start()
-        ready = self._collect("ready", size, startup_timeout_s)
-        self.max_seq_len, self.num_pages = ready[0]
-
-    def publish(self, kind: str, payload=None, ranks: list[int] | None = None) -> None:
-        """Put one message into the inbox of every rank (or of `ranks` only: for the demonstration)."""
-        for r in range(self.size) if ranks is None else ranks:
-            self.inboxes[r].put((kind, payload))
-
-    def next_reply(self, timeout_s: float | None = None):
-        """The next reply; raise RankFailed if a rank reported an error, died, or nothing came in time.
-        The default limit is a backstop: a stuck collective raises inside the ranks after `timeout_s`."""
-        timeout_s = timeout_s or self.timeout_s + 60
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                kind, rank, payload = self.replies.get(timeout=0.2)
-            except queue.Empty:
-                dead = [(r, p.exitcode) for r, p in enumerate(self.procs) if p.exitcode is not None]
-                if dead:
-                    self._fail(f"rank {dead[0][0]} exited with code {dead[0][1]}", {})
-                if time.monotonic() > deadline:
-                    self._fail(f"no reply from the ranks within {timeout_s:.0f} s", {})
-                continue
-            if kind == "step":
-                self.live_steps.append((rank, payload))
-                continue
-            if kind == "error":
-                tb, report = payload
-                reports = {rank: report}
-                try:  # a collective failing on one rank usually fails the others too: gather them
-                    while True:
-                        k, r, p = self.replies.get(timeout=2.0)
-                        if k == "error":
-                            reports[r] = p[1]
-                        elif k == "step":
-                            self.live_steps.append((r, p))
-                except queue.Empty:
-                    pass
-                dead = [f"rank {r} exited with code {p.exitcode}" for r, p in enumerate(self.procs)
-                        if p.exitcode is not None and r not in reports]
-                self._fail("; ".join(dead + [f"rank {rank} failed:\n{tb}"]), reports)
-            return kind, rank, payload
-
-    def _fail(self, msg: str, reports: dict) -> None:
-        self.close()
-        raise RankFailed(msg, reports)
-
-    def _collect(self, kind: str, n: int, timeout_s: float | None = None) -> list:
-        got = {}
-        while len(got) < n:
-            k, rank, payload = self.next_reply(timeout_s)
-            if k != kind:
-                raise RuntimeError(f"expected {kind!r} from the ranks, got {k!r}")
-            got[rank] = payload
-        return [got[r] for r in sorted(got)]
-
-    def generate(self, requests: list[tuple[int, list[int], object]]) -> dict[int, dict]:
-        """Queue (uid, token ids, SamplingParams) on every rank and wait for rank 0's tokens.
-        Returns {uid: {"token_ids", "finish_reason", "clamped"}}; raises ValueError as `add_request` does."""
-        self.publish("reqs", requests)
-        kind, _, (error, added) = self.next_reply()
-        if kind != "added":
-            raise RuntimeError(f"expected 'added' from rank 0, got {kind!r}")
-        if error is not None:
-            raise ValueError(error)
-        out = {uid: {"token_ids": [], "finish_reason": None, "clamped": clamped} for uid, clamped, _ in added}
-        left = len(out)
-        while left:
-            kind, _, outs = self.next_reply()
-            for o in outs:
-                if o.token_id >= 0:
-                    out[o.uid]["token_ids"].append(o.token_id)
-                if o.finished:
-                    out[o.uid]["finish_reason"] = o.finish_reason
-                    left -= 1
-        return out
-
-    def record(self, logits: bool = False, live: bool = False, stop: bool = False) -> None:
-        """Make every rank record each step it runs from now on (and the step's logits if asked).
-        live: each rank also sends each step as it starts, into `self.live_steps` (seen even if the
-        rank then crashes). stop: stop recording (it syncs the host every step: keep it out of timings)."""
-        self.publish("record", None if stop else (logits, live))
-
-    def reports(self) -> list[RankReport]:
-        """Every rank's shard shapes and the steps it ran since the last report."""
-        self.publish("report")
-        return self._collect("report", self.size)
-
-    def close(self) -> None:
-        self._finalizer()
-
-    @property
-    def alive(self) -> bool:
-        return any(p.is_alive() for p in self.procs)
+        n = broadcast_count(len(raws))  # rank 0's count, on every rank
+        while len(raws) < n:  # forwarded by rank 0 just below: on their way
+            raws.append(inbox.next())
+    if _TP.is_primary:
+        inbox.forward(raws)  # as received: never decoded and re-encoded
+    return raws

@@ -15,7 +15,6 @@ rope = RotaryEmbedding(cfg, 128, 4096).cuda()
 q = torch.randn(7, 16, 128, device="cuda", dtype=torch.bfloat16); k = torch.randn(7, 8, 128, device="cuda", dtype=torch.bfloat16)
 pos = torch.tensor([0, 1, 5, 100, 1000, 2000, 4000], device="cuda")
 q1, k1 = rope(pos, q.clone(), k.clone())
-os.environ["MINISGL_FUSED"] = "0"
-import minisgl_edu.model.layers as L; L._FUSED = False
+from minisgl_edu.model.layers import use_fused_kernels; use_fused_kernels(False)  # EngineConfig(fused_kernels=False)
 q2, k2 = rope(pos, q.clone(), k.clone())
 print("rope max err", (q1.float() - q2.float()).abs().max().item(), (k1.float() - k2.float()).abs().max().item())

@@ -8,8 +8,6 @@ rank then holds a piece of the *same* model.
 """
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -21,10 +19,8 @@ def fused_kernels(x: torch.Tensor):
     """FlashInfer's fused RMSNorm / RoPE / SiLU-and-mul for a 16-bit CUDA tensor, or None (then plain
     PyTorch ops). Same maths, fewer kernels: a decode step is dominated by per-kernel cost, not by arithmetic."""
     global _FUSED
-    if not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16):  # the kernels are 16-bit only
+    if not _FUSED_ON or not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16):  # the kernels are 16-bit only
         return None
-    if _FUSED is False and os.environ.get("MINISGL_FUSED", "1") == "0":  # the off switch: plain ops on CUDA too
-        _FUSED = None
     if _FUSED is False:
         try:
             import flashinfer.activation
@@ -36,7 +32,13 @@ def fused_kernels(x: torch.Tensor):
     return _FUSED
 
 
-_FUSED = False
+def use_fused_kernels(on: bool) -> None:
+    """The off switch (`EngineConfig.fused_kernels`): False runs the plain ops on CUDA too."""
+    global _FUSED_ON
+    _FUSED_ON = on
+
+
+_FUSED, _FUSED_ON = False, True
 
 
 def _param(*shape: int, load=None, full_shape: tuple[int, ...] | None = None, load_full=None) -> nn.Parameter:

@@ -1,4 +1,4 @@
-"""Chapter 9 — what every server process shares: its configuration and how a child process behaves.
+"""Chapter 9 — what every server process shares: how a child process behaves (its configuration: `config.py`).
 
 A child (scheduler rank, tokenizer, detokenizer) ignores Ctrl-C (the launcher, which gets it too,
 stops everyone in order), and exits by itself when its parent disappears, so a killed launcher
@@ -14,33 +14,10 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+
+from ..config import ServerConfig  # noqa: F401  (re-exported: the server's modules take it from here)
 
 log = logging.getLogger("minisgl_edu")
-
-
-@dataclass
-class ServerConfig:
-    model_path: str
-    served_name: str
-    device: str = "cpu"
-    tp: int = 1
-    page_size: int = 1
-    max_prefill_tokens: int = 8192
-    cache: str = "radix"
-    cuda_graph_max_bs: int = 256
-    overlap: bool | None = None  # None: on for CUDA, off on the CPU
-    dummy_weights: bool = False
-    max_running_reqs: int = 256
-    max_total_tokens: int | None = None
-    context_length: int | None = None  # None: the model's max_position_embeddings
-    num_tokenizers: int = 1
-    host: str = "127.0.0.1"
-    port: int = 1919
-    api_key: str | None = None
-    startup_timeout: float = 600.0
-    trace_path: str | None = None  # the hop log (--hop-log): every process appends one JSON line per message hop
-    step_trace_path: str | None = None  # --trace: scheduler rank 0 writes a Perfetto step trace here at shutdown
 
 
 def setup_child(name: str, parent_pid: int) -> None:
@@ -77,10 +54,10 @@ def send_ack(ack_addr: str, name: str, error: BaseException | None = None) -> No
     q.socket.close(linger=2000)  # linger: make sure the ack leaves before we might exit
 
 
-def trace(cfg: ServerConfig, proc: str, event: str, uids) -> None:
-    """Append (wall time, process, event, uid) lines to cfg.trace_path: a request's journey, hop by hop."""
-    if cfg.trace_path is None:
+def trace(cfg, proc: str, event: str, uids) -> None:
+    """Append (wall time, process, event, uid) lines to cfg.hop_log: a request's journey, hop by hop."""
+    if cfg.hop_log is None:
         return
     now = time.time()
-    with open(cfg.trace_path, "a") as f:  # small appends to one file are not interleaved mid-line
+    with open(cfg.hop_log, "a") as f:  # small appends to one file are not interleaved mid-line
         f.write("".join(json.dumps({"t": now, "proc": proc, "event": event, "uid": u}) + "\n" for u in uids))

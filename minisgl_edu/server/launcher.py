@@ -4,6 +4,8 @@
     tokenizer-0 .. tokenizer-{n-1}
     detokenizer                     (the same worker function as the tokenizers, id n)
 
+`LLM(tp=N)` starts the same scheduler ranks through `start_workers(cfg, frontend=False)`.
+
 HTTP opens only after every ack has arrived, so no request can land on a backend that is still
 loading. A worker that fails to start is named in the error; a worker that dies later makes
 `/health` answer 503, fails every request in flight, and brings the launcher down (exit code 1).
@@ -19,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 
 from ..messages import ExitMsg
-from .common import ServerConfig
-from .queues import Addresses, pull, push
+from ..config import SchedulerConfig, ServerConfig
+from .queues import Addresses, Queue, pull, push
 from .scheduler_proc import run_scheduler
 from .tokenizer import tokenize_worker, worker_name
 
@@ -31,50 +33,66 @@ class StartupError(RuntimeError):
     pass
 
 
+NO_MAIN_GUARD = 78  # a spawned child's exit code: its parent's script starts processes as it is imported
+MAIN_GUARD_HINT = ('this script starts worker processes (LLM(tp>1) or the server) at import time: put that code '
+                   'under `if __name__ == "__main__":` (each worker imports the script again before it starts)')
+
+
+def refuse_unguarded_main() -> None:
+    """In a spawned child still importing its parent's script (no `__main__` guard there): leave at
+    once, silently; the parent, which sees the exit code, says why once (a child would otherwise spawn again)."""
+    if getattr(mp.current_process(), "_inheriting", False):
+        os._exit(NO_MAIN_GUARD)
+
+
 @dataclass
 class Workers:
     addrs: Addresses
     procs: list[mp.Process]
+    ack: Queue  # every worker's "ready" (rank 0's for the schedulers), and any rank's failure later
+    entries: list[str]  # where a graceful stop's ExitMsg goes in: the tokenizers (or rank 0, for LLM(tp>1))
     stopping: threading.Event = field(default_factory=threading.Event)
 
     def dead(self) -> mp.Process | None:
         return next((p for p in self.procs if p.exitcode is not None), None)
 
 
-def start_workers(cfg: ServerConfig) -> Workers:
-    """Start every worker process and return once each has acked (or raise StartupError naming the culprit)."""
-    addrs = Addresses.create(cfg.num_tokenizers)
+def start_workers(cfg: SchedulerConfig, frontend: bool = True) -> Workers:
+    """Start the scheduler ranks (and with `frontend` the tokenizers and the detokenizer) and return
+    once each has acked, or raise StartupError naming the culprit. Without `frontend` (`LLM(tp>1)`)
+    the caller pushes to rank 0's mailbox and reads the detokenizer's address itself."""
+    refuse_unguarded_main()
+    n = cfg.num_tokenizers if frontend else 0
+    addrs = Addresses.create(n)
     ack = pull(addrs.ack)  # bound before any child starts, so no ack is lost
     spawn = mp.get_context("spawn")  # a fresh interpreter: no inherited CUDA state or threads
     me = os.getpid()
     procs = [spawn.Process(target=run_scheduler, args=(rank, cfg, addrs, me), name=f"scheduler-rank{rank}",
                            daemon=True) for rank in range(cfg.tp)]
     procs += [spawn.Process(target=tokenize_worker, args=(i, cfg, addrs, me), daemon=True,
-                            name=worker_name(i, cfg.num_tokenizers)) for i in range(cfg.num_tokenizers + 1)]
-    workers = Workers(addrs, procs)
+                            name=worker_name(i, n)) for i in range(n + 1 if frontend else 0)]
+    workers = Workers(addrs, procs, ack, [addrs.tokenizer(i) for i in range(n)] if frontend else [addrs.scheduler])
     try:
         for p in procs:
             p.start()
-        wait_for_acks(workers, ack, cfg.startup_timeout)
+        wait_for_acks(workers, cfg.startup_timeout)
     except BaseException:
         stop_workers(workers, graceful=False)
         raise
-    finally:
-        ack.close()
     return workers
 
 
-def expected_acks(tp: int, num_tokenizers: int) -> set[str]:
+def expected_acks(procs: list[mp.Process]) -> set[str]:
     """Who must say 'ready': the primary scheduler rank only (it waits for the others), every tokenizer,
     and the detokenizer."""
-    return {"scheduler-rank0"} | {worker_name(i, num_tokenizers) for i in range(num_tokenizers + 1)}
+    return {"scheduler-rank0"} | {p.name for p in procs if not p.name.startswith("scheduler")}
 
 
-def wait_for_acks(workers: Workers, ack, timeout: float) -> None:
-    waiting = expected_acks(sum(p.name.startswith("scheduler") for p in workers.procs), workers.addrs.num_tokenizers)
+def wait_for_acks(workers: Workers, timeout: float) -> None:
+    waiting = expected_acks(workers.procs)
     deadline = time.monotonic() + timeout
     while waiting:
-        msg = ack.get(timeout_ms=200)
+        msg = workers.ack.get(timeout_ms=200)
         if msg is not None:
             if msg.error is not None:
                 raise StartupError(f"{msg.name} (pid {msg.pid}) failed to start:\n{msg.error}")
@@ -82,6 +100,8 @@ def wait_for_acks(workers: Workers, ack, timeout: float) -> None:
             waiting.discard(msg.name)
             continue
         dead = workers.dead()
+        if dead is not None and dead.exitcode == NO_MAIN_GUARD:
+            raise StartupError(MAIN_GUARD_HINT)
         if dead is not None:
             raise StartupError(f"{dead.name} (pid {dead.pid}) exited with code {dead.exitcode} before it was ready")
         if time.monotonic() > deadline:
@@ -92,8 +112,8 @@ def stop_workers(workers: Workers, graceful: bool = True) -> None:
     """ExitMsg down the pipes (graceful), then SIGTERM, then SIGKILL: every child is gone on return."""
     workers.stopping.set()
     if graceful:
-        for i in range(workers.addrs.num_tokenizers):  # each tokenizer passes it on to the scheduler
-            q = push(workers.addrs.tokenizer(i))
+        for addr in workers.entries:  # each tokenizer passes it on to the scheduler
+            q = push(addr)
             q.put(ExitMsg())
             q.socket.close(linger=500)
     for sig, wait in (("nothing", 5.0 if graceful else 0.0), ("terminate", 3.0), ("kill", 3.0)):
@@ -106,6 +126,7 @@ def stop_workers(workers: Workers, graceful: bool = True) -> None:
         deadline = time.monotonic() + wait
         for p in alive:
             p.join(max(0.0, deadline - time.monotonic()))
+    workers.ack.close()
     shutil.rmtree(workers.addrs.root, ignore_errors=True)
 
 

@@ -1,10 +1,12 @@
-"""Chapters 1 and 8 — the scheduler process: the foundation's `Scheduler`, fed by ZMQ.
+"""Chapters 1 and 8 — a scheduler rank: the one process body behind `serve --tp N` and `LLM(tp=N)`.
 
-One process per TP rank. Only rank 0 has a mailbox (the tokenizers push to one address). Each
-iteration rank 0 takes the raw bytes waiting there, broadcasts *how many* over the CPU group, and
-re-publishes the bytes unchanged; ranks 1..N-1 read exactly that many. So every rank applies the
-same messages in the same order, forms the same batch, and calls the same collectives — one ledger,
-many ranks. Only rank 0 answers: tokens go to the detokenizer, the start-up ack to the launcher.
+One process per TP rank. Only rank 0 has a mailbox (the tokenizers, or the `LLM` caller, push to
+one address). Each iteration rank 0 takes the raw bytes waiting there, broadcasts *how many* over
+the CPU group, and re-publishes the bytes unchanged; ranks 1..N-1 read exactly that many
+(`tp.receive` over a `RankIO`). So every rank applies the same messages in the same order, forms
+the same batch, and calls the same collectives — one ledger, many ranks. Only rank 0 answers for
+the ledger (tokens, refusals, stats, the start-up ack); every rank answers for itself when asked
+what it decided (chapter 8's `RecordMsg`/`ReportMsg`) or when it fails (an `AckMsg` with the traceback).
 
 The loop: when the scheduler is idle, wait for mail (with a timeout, so shutdown is noticed);
 otherwise take what is there without waiting, run one step, and send the new tokens.
@@ -13,14 +15,18 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from contextlib import nullcontext
+from dataclasses import dataclass, field, replace
 
 import torch
 
 from .. import tp
-from ..messages import (AbortMsg, BatchTokenizerMsg, DetokenizeMsg, ExitMsg, StatsMsg, StatsReply, UserMsg, decode,
-                        unbatch)
-from .common import ServerConfig, exit_child, send_ack, setup_child, trace
+from ..config import SchedulerConfig
+from ..messages import (AbortMsg, BatchRecord, BatchTokenizerMsg, DetokenizeMsg, ExitMsg, RankReport, RecordMsg,
+                        ReportMsg, StatsMsg, StatsReply, StepRecord, UserMsg, decode, unbatch)
+from ..scheduler import Scheduler, build_scheduler
+from .common import exit_child, send_ack, setup_child, trace
 from .queues import Addresses, publisher, pull, push, subscriber
 
 log = logging.getLogger("minisgl_edu")
@@ -30,45 +36,203 @@ RANK_TIMEOUT_MS = 60_000  # how long rank k waits for bytes whose count rank 0 a
 
 
 class RankIO:
-    """Where this rank's messages come from, and (rank 0 only) where its answers go."""
+    """This rank's end of the wires: the inbox `tp.receive` reads, and the one reply path."""
 
-    def __init__(self, rank: int, size: int, addrs: Addresses):
-        self.rank, self.size = rank, size
-        if rank == 0:
-            self.inbox = pull(addrs.scheduler)
-            self.to_detokenizer = push(addrs.detokenizer)
-            self.to_ranks = publisher(addrs.ranks) if size > 1 else None
-        else:
-            self.from_rank0 = subscriber(addrs.ranks)
+    def __init__(self, rank: int, size: int, addrs: Addresses, forward_lag_s: float = 0.0):
+        self.rank, self.size, self.forward_lag_s = rank, size, forward_lag_s
+        self.mailbox = pull(addrs.scheduler) if rank == 0 else subscriber(addrs.ranks)
+        self.to_ranks = publisher(addrs.ranks) if rank == 0 and size > 1 else None
+        self.replies = push(addrs.detokenizer)
 
     def wait_for_ranks(self) -> None:
         """Rank 0 waits until every other rank has subscribed (a message published earlier would be lost)."""
-        if self.rank == 0:
-            for _ in range(self.size - 1):  # one subscription message per subscriber (XPUB_VERBOSE)
-                if self.to_ranks.get_raw(RANK_TIMEOUT_MS) is None:
-                    raise RuntimeError("a scheduler rank never subscribed to rank 0's messages")
+        for _ in range(self.size - 1 if self.rank == 0 else 0):  # one subscription message each (XPUB_VERBOSE)
+            if self.to_ranks.get_raw(RANK_TIMEOUT_MS) is None:
+                raise RuntimeError("a scheduler rank never subscribed to rank 0's messages")
         if self.size > 1:
             torch.distributed.barrier(group=tp.cpu_group())
 
-    def receive(self, block: bool) -> list:
-        raws: list[bytes] = []
-        if self.rank == 0:
-            first = self.inbox.get_raw(IDLE_WAIT_MS) if block else None
-            raws = ([first] if first is not None else []) + self.inbox.drain_raw()
-        if self.size > 1:
-            count = tp.broadcast_count(len(raws))  # every rank learns how many
-            if self.rank == 0:
-                for raw in raws:
-                    self.to_ranks.put_raw(raw)  # forwarded as received: never decoded and re-encoded
-            else:
-                raws = [self.from_rank0.get_raw(RANK_TIMEOUT_MS) for _ in range(count)]
-                if any(r is None for r in raws):
-                    raise RuntimeError("rank 0 announced messages that never arrived")
-        return [m for raw in raws for m in unbatch(decode(raw))]
+    def take(self, block: bool) -> list[bytes]:
+        first = self.mailbox.get_raw(IDLE_WAIT_MS) if block else None
+        return ([first] if first is not None else []) + self.mailbox.drain_raw()
+
+    def forward(self, raws: list[bytes]) -> None:
+        if self.to_ranks is not None and raws:
+            time.sleep(self.forward_lag_s)  # 0 but in chapter 8's demonstration of a slow link
+            for raw in raws:
+                self.to_ranks.put_raw(raw)
+
+    def next(self) -> bytes:
+        raw = self.mailbox.get_raw(RANK_TIMEOUT_MS)
+        if raw is None:
+            raise RuntimeError("rank 0 announced messages that never arrived")
+        return raw
 
     def send(self, msgs: list) -> None:
-        if self.rank == 0 and msgs:
-            self.to_detokenizer.put(msgs[0] if len(msgs) == 1 else BatchTokenizerMsg(msgs))
+        """Rank 0 answers for the ledger; every rank answers for itself (its StepRecords and RankReports)."""
+        msgs = msgs if self.rank == 0 else [m for m in msgs if isinstance(m, (StepRecord, RankReport))]
+        if msgs:
+            self.replies.put(msgs[0] if len(msgs) == 1 else BatchTokenizerMsg(msgs))
+
+
+class BatchRecorder:
+    """Wrap an engine's `forward` (and optionally its logits) to record every step it runs."""
+
+    def __init__(self, engine, keep_logits: bool = False, on_record=None):
+        self.on_record = on_record  # called with each record before its forward runs
+        self.records: list[BatchRecord] = []
+        self.logits: list[torch.Tensor] = []
+        self.keep_logits = keep_logits
+        forward, logits = engine.forward, engine.model.logits
+
+        def recording_forward(batch, *args, **kw):
+            r = batch.reqs
+            rec = BatchRecord(batch.phase, tuple(q.uid for q in r), tuple(q.cached_len for q in r),
+                              tuple(q.extend_len for q in r), tuple(batch.out_loc.tolist()))
+            self.records.append(rec)  # before the forward: a step that never finishes is still seen
+            if self.on_record is not None:
+                self.on_record(rec)
+            tokens = forward(batch, *args, **kw)
+            if tokens.is_cuda:  # the step may run on the engine's own stream: wait for it (a debugging aid)
+                torch.cuda.synchronize(tokens.device)
+            self.records[-1] = replace(rec, tokens=tuple(tokens.tolist()))
+            return tokens
+
+        def recording_logits(h):
+            out = logits(h)
+            if self.keep_logits:
+                self.logits.append(out.detach().float().cpu())
+            return out
+
+        engine.forward = recording_forward  # instance attributes shadow the methods until detach()
+        engine.model.logits = recording_logits
+        self.engine = engine
+
+    def detach(self) -> None:
+        """Stop recording: the engine's own methods are back (no more host syncs per step)."""
+        del self.engine.forward, self.engine.model.logits
+
+    def take(self) -> tuple[list[BatchRecord], list[torch.Tensor]]:
+        out = (self.records, self.logits)
+        self.records, self.logits = [], []
+        return out
+
+
+def shard_shapes(model) -> dict[str, tuple[int, ...]]:
+    """This rank's parameter shapes, for the first decoder layer and the vocabulary."""
+    keep = ("layers.0.", "embed_tokens", "lm_head")
+    return {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False)
+            if n.startswith(keep) and "norm" not in n}
+
+
+@dataclass
+class Rank:
+    """One rank's loop state besides the scheduler's own ledger."""
+    sched: Scheduler
+    io: RankIO
+    cfg: SchedulerConfig
+    name: str
+    prompt_len: dict[int, int] = field(default_factory=dict)  # uid -> prompt tokens, for the usage counts
+    clamped: set[int] = field(default_factory=set)  # uids whose first reply carries the "max_tokens reduced" warning
+    recorder: BatchRecorder | None = None  # chapter 8: set by a RecordMsg
+    running: bool = True
+
+
+def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid: int) -> None:
+    name = f"scheduler-rank{rank}"
+    setup_child(name, parent_pid)
+    try:
+        if cfg.device == "cpu":
+            # ranks share the cores, and one is left to the API and tokenizers: oversubscribed torch threads
+            # spin-wait on each other (on 2 busy cores, 2 threads decode ~9x slower than 1)
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.tp - 1))
+        device = f"cuda:{rank}" if cfg.device == "cuda" else cfg.device
+        tp.init_distributed(rank, cfg.tp, device, addrs.tp_init, cfg.tp_timeout_s)
+        # every rank takes the same steps: rank 0's step trace stands for all
+        sched = build_scheduler(replace(cfg, device=device, trace=cfg.trace if rank == 0 else None))
+        io = RankIO(rank, cfg.tp, addrs, cfg.forward_lag_s)
+        io.wait_for_ranks()
+        if rank == 0:  # the primary rank alone acks, and only once every rank is ready
+            send_ack(addrs.ack, name)
+        scheduler_loop(Rank(sched, io, cfg, name))
+    except BaseException as e:  # start-up or a step: whoever waits on the acks learns why (every rank says it)
+        log.error("%s failed: %s", name, e)
+        send_ack(addrs.ack, name, e)
+        exit_child(1)
+    exit_child(0)
+
+
+def scheduler_loop(st: Rank) -> None:
+    sched = st.sched
+    while st.running:
+        replies = []
+        busy = not sched.idle  # an idle receive is a wait for mail, not work: it is not traced
+        with sched.tracer.span("receive") if sched.tracer and busy else nullcontext({}) as args:
+            msgs = [m for raw in tp.receive(st.io, not busy, st.cfg.use_count) for m in unbatch(decode(raw))]
+            args["messages"] = len(msgs)
+        trace(st.cfg, st.name, "recv UserMsg", [m.uid for m in msgs if isinstance(m, UserMsg)])
+        for msg in msgs:
+            if st.running:  # nothing after an ExitMsg counts
+                replies += handle(st, msg)
+        if st.running and not sched.idle:
+            replies += step(st)
+        if st.io.rank == 0:
+            trace(st.cfg, st.name, "send DetokenizeMsg", [r.uid for r in replies if isinstance(r, DetokenizeMsg)])
+        st.io.send(replies)
+    if sched.tracer is not None:
+        log.info("step trace: %s", sched.tracer.save())
+
+
+def handle(st: Rank, msg) -> list:
+    """Apply one message (the same on every rank); return the replies it makes."""
+    sched = st.sched
+    if isinstance(msg, UserMsg):
+        ids = msg.input_ids.tolist()
+        try:
+            req = sched.add_request(msg.uid, ids, msg.sampling_params)
+        except ValueError as e:  # refused, never dropped: the client hears why
+            status = 413 if len(ids) >= sched.engine.max_seq_len else 400  # 413: the prompt does not fit the context
+            return [DetokenizeMsg(msg.uid, -1, True, "error", len(ids), error=str(e), status=status)]
+        st.prompt_len[msg.uid] = req.prompt_len
+        if req.clamped:
+            st.clamped.add(msg.uid)
+        return []
+    if isinstance(msg, AbortMsg):
+        return [DetokenizeMsg(o.uid, -1, True, "abort", st.prompt_len.pop(o.uid, 0)) for o in sched.abort(msg.uid)]
+    if isinstance(msg, StatsMsg):
+        return [stats(sched, msg.uid)]
+    if isinstance(msg, ExitMsg):  # the same step on every rank: nobody is left inside a collective
+        st.running = False
+        return [ExitMsg()]  # the detokenizer stops after our last words
+    if isinstance(msg, RecordMsg):
+        if st.recorder is not None:
+            st.recorder.detach()
+        live = (lambda rec: st.io.send([StepRecord(st.io.rank, rec)])) if msg.live else None
+        st.recorder = None if msg.stop else BatchRecorder(sched.engine, msg.logits, live)
+        return []
+    if isinstance(msg, ReportMsg):
+        return [report(st)]
+    return []
+
+
+def step(st: Rank) -> list:
+    """One scheduler step; its tokens as DetokenizeMsgs."""
+    replies = []
+    for out in st.sched.step():
+        n = st.prompt_len.pop(out.uid, 0) if out.finished else st.prompt_len.get(out.uid, 0)
+        replies.append(DetokenizeMsg(out.uid, out.token_id, out.finished, out.finish_reason, n,
+                                     clamped=out.uid in st.clamped))
+        st.clamped.discard(out.uid)
+    if st.sched.idle:
+        st.sched.check_integrity()  # every page is free or cached once nothing runs
+    return replies
+
+
+def report(st: Rank) -> RankReport:
+    engine = st.sched.engine
+    records, logits = st.recorder.take() if st.recorder else ([], [])
+    return RankReport(st.io.rank, str(engine.device), shard_shapes(engine.model), records,
+                      [t.reshape(-1) for t in logits], engine.vocab_size)
 
 
 def stats(sched, uid: int) -> StatsReply:
@@ -82,81 +246,3 @@ def stats(sched, uid: int) -> StatsReply:
     pool = sched.pool
     return StatsReply(uid, pool.num_pages, pool.num_free_pages, sched.cache.size // pool.page_size, len(sched.live),
                       integrity)
-
-
-def run_scheduler(rank: int, cfg: ServerConfig, addrs: Addresses, parent_pid: int) -> None:
-    name = f"scheduler-rank{rank}"
-    setup_child(name, parent_pid)
-    try:
-        if cfg.device == "cpu":
-            # ranks share the cores, and one is left to the API and tokenizers: oversubscribed torch threads
-            # spin-wait on each other (on 2 busy cores, 2 threads decode ~9x slower than 1)
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.tp - 1))
-        from ..engine import EngineConfig
-        from ..llm import eos_ids, load_tokenizer
-        from ..scheduler import build_scheduler
-        device = f"cuda:{rank}" if cfg.device == "cuda" else cfg.device
-        tp.init_distributed(rank, cfg.tp, device, addrs.tp_init)
-        # as the offline `LLM` builds them; every rank takes the same steps: rank 0's step trace stands for all
-        sched = build_scheduler(EngineConfig(cfg.model_path, device, None, cfg.page_size, cfg.max_running_reqs,
-                                             cfg.context_length, cfg.max_total_tokens, dummy_weights=cfg.dummy_weights,
-                                             cuda_graph_max_bs=cfg.cuda_graph_max_bs),
-                                cfg.max_prefill_tokens, cfg.cache, cfg.overlap,
-                                eos_ids(cfg.model_path, load_tokenizer(cfg.model_path, warn=False)),
-                                (rank == 0 and cfg.step_trace_path) or None)
-        io = RankIO(rank, cfg.tp, addrs)
-        io.wait_for_ranks()
-    except BaseException as e:
-        if rank == 0:
-            send_ack(addrs.ack, name, e)
-        raise SystemExit(1)
-    if rank == 0:  # the primary rank alone acks, and only once every rank is ready
-        send_ack(addrs.ack, name)
-    scheduler_loop(sched, io, cfg, name)
-    exit_child(0)
-
-
-def scheduler_loop(sched, io: RankIO, cfg: ServerConfig, name: str) -> None:
-    ctx = sched.engine.max_seq_len
-    prompt_len: dict[int, int] = {}  # uid -> prompt tokens, for the usage counts
-    clamped: set[int] = set()  # uids whose first reply must carry the "max_tokens reduced" warning
-    while True:
-        replies = []
-        busy = not sched.idle  # an idle receive is a wait for mail, not work: it is not traced
-        with sched.tracer.span("receive") if sched.tracer and busy else nullcontext({}) as args:
-            msgs = io.receive(block=not busy)
-            args["messages"] = len(msgs)
-        trace(cfg, name, "recv UserMsg", [m.uid for m in msgs if isinstance(m, UserMsg)])
-        for msg in msgs:
-            if isinstance(msg, UserMsg):
-                ids = msg.input_ids.tolist()
-                try:
-                    req = sched.add_request(msg.uid, ids, msg.sampling_params)
-                except ValueError as e:  # refused, never dropped: the client hears why
-                    status = 413 if len(ids) >= ctx else 400  # 413: the prompt does not fit the context
-                    replies.append(DetokenizeMsg(msg.uid, -1, True, "error", len(ids), error=str(e), status=status))
-                    continue
-                prompt_len[msg.uid] = req.prompt_len
-                if req.clamped:
-                    clamped.add(msg.uid)
-            elif isinstance(msg, AbortMsg):
-                for out in sched.abort(msg.uid):
-                    replies.append(DetokenizeMsg(out.uid, -1, True, "abort", prompt_len.pop(out.uid, 0)))
-            elif isinstance(msg, StatsMsg):
-                replies.append(stats(sched, msg.uid))
-            elif isinstance(msg, ExitMsg):
-                io.send(replies + [ExitMsg()])  # the detokenizer stops after our last words
-                if sched.tracer is not None:
-                    log.info("step trace: %s", sched.tracer.save())
-                return
-        if not sched.idle:
-            for out in sched.step():
-                n = prompt_len.pop(out.uid, 0) if out.finished else prompt_len.get(out.uid, 0)
-                replies.append(DetokenizeMsg(out.uid, out.token_id, out.finished, out.finish_reason, n,
-                                             clamped=out.uid in clamped))
-                clamped.discard(out.uid)
-            if sched.idle:
-                sched.check_integrity()  # every page is free or cached once nothing runs
-        if io.rank == 0:
-            trace(cfg, name, "send DetokenizeMsg", [r.uid for r in replies if isinstance(r, DetokenizeMsg)])
-        io.send(replies)

@@ -34,7 +34,7 @@ def hidden(engine, batch, graph: bool) -> torch.Tensor:
 
 
 def test_graph_replay_equals_eager_for_every_captured_size():
-    engine = Engine(EngineConfig(str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
+    engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
                                  max_running_reqs=MAX_BS, max_total_tokens=16384, cuda_graph_max_bs=MAX_BS))
     assert engine.graphs is not None and engine.graphs.sizes == capture_sizes(MAX_BS) == [1, 2, 4, 8, 16]
     g = torch.Generator().manual_seed(0)

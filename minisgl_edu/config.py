@@ -1,0 +1,113 @@
+"""Supporting module (chapters 6, 8, 9) — one run's configuration: which switches exist, and where is each default?
+
+Three frozen dataclasses, each extending the one before, as Mini-SGLang's
+`ServerArgs(SchedulerConfig(EngineConfig))`:
+
+    EngineConfig     one rank's model, KV pool, attention backend, CUDA graphs, fused kernels
+    SchedulerConfig  + the scheduler's switches, the TP size, the traces (what every rank runs)
+    ServerConfig     + the processes and the HTTP side of `serve`
+
+Inheritance, not composition: every field sits at one flat level, so `LLM(**kw)`, `serve`'s
+flags and `build_scheduler(cfg)` all speak the same keywords, and a `ServerConfig` *is* the
+`SchedulerConfig` each scheduler rank builds itself from. Every field is keyword-only and its
+default is declared here and nowhere else (`None` where the default depends on the machine or the
+model: resolved where that is known, and said so in the field's comment).
+
+Also here: where the model folder and its end-of-sequence ids come from (`resolve_model`,
+`eos_ids`), which the offline API, the scheduler ranks and `serve` share.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+log = logging.getLogger("minisgl_edu")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineConfig:
+    model_path: str
+    device: str | None = None  # None: cuda when present, else cpu (`default_device`)
+    dtype: torch.dtype | None = None  # None: float32 on CPU, bfloat16 on CUDA
+    page_size: int = 1
+    max_running_reqs: int = 256
+    max_seq_len: int | None = None  # None: the model's max_position_embeddings
+    max_total_tokens: int | None = None  # KV pool size; None: 32k on CPU, memory_fraction on CUDA
+    memory_fraction: float = 0.85
+    dummy_weights: bool = False
+    attention: str | None = None  # "reference" | "flashinfer"; None: by device
+    cuda_graph_max_bs: int = 256
+    fused_kernels: bool = True  # FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on CUDA in 16 bits; False: plain ops
+    seed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchedulerConfig(EngineConfig):
+    tp: int = 1  # scheduler ranks, one process each when > 1 (chapter 8)
+    max_prefill_tokens: int = 8192  # the token budget of one prefill step (chapter 3)
+    cache: str = "radix"  # "radix" | "naive" (chapter 5)
+    overlap: bool | None = None  # None: on for CUDA, off on the CPU (chapter 6)
+    trace: str | None = None  # a Perfetto step trace (chapter 6); with tp > 1 rank 0 writes it at exit
+    hop_log: str | None = None  # every process appends one JSON line per message hop here (chapter 1)
+    tp_timeout_s: float = 600.0  # a collective that waits longer raises instead of hanging (chapter 8)
+    startup_timeout: float = 600.0  # every rank (and worker) has said "ready" by then
+    use_count: bool = True  # False: chapter 8's counter-example, each rank takes what *it* has seen
+    forward_lag_s: float = 0.0  # chapter 8: rank 0 forwards each step's messages this late (a slow link)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerConfig(SchedulerConfig):
+    served_name: str = ""  # the name clients send; "": the model folder's name
+    num_tokenizers: int = 1
+    host: str = "127.0.0.1"
+    port: int = 1919
+    api_key: str | None = None
+
+    def __post_init__(self):
+        if not self.served_name:  # frozen: set once, here
+            object.__setattr__(self, "served_name", os.path.basename(os.path.normpath(self.model_path)))
+
+
+def default_device() -> str:
+    import torch
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_model(model: str | None) -> str:
+    """A model folder: the default model's, `model` itself, or a hub id already in the local cache."""
+    if model is None:
+        from .default_model import default_model_path
+        return default_model_path()
+    if os.path.isdir(model):
+        return model
+    from huggingface_hub import snapshot_download  # only what is already in the local hub cache
+    try:
+        return snapshot_download(model, local_files_only=True)
+    except Exception as e:
+        raise ValueError(f"model {model!r} is neither a folder nor in the local Hugging Face cache") from e
+
+
+def load_tokenizer(path: str, warn: bool = True):
+    """The folder's tokenizer, or None: a config-only folder (dummy weights) may have none, and ids still work."""
+    try:
+        from transformers import AutoTokenizer
+        return AutoTokenizer.from_pretrained(path)
+    except Exception as e:
+        if warn:
+            log.warning("no tokenizer in %s (%s): pass token ids", path, e)
+        return None
+
+
+def eos_ids(path: str) -> tuple[int, ...]:
+    """The folder's end-of-sequence ids: its generation config's, else its tokenizer's."""
+    ids = set()
+    try:
+        from transformers import GenerationConfig
+        e = GenerationConfig.from_pretrained(path).eos_token_id
+        ids.update(e if isinstance(e, list) else [e] if e is not None else [])
+    except OSError:
+        pass
+    if not ids and (tok := load_tokenizer(path, warn=False)) is not None and tok.eos_token_id is not None:
+        ids.add(tok.eos_token_id)
+    return tuple(ids)
