@@ -153,6 +153,9 @@ class LLM:
     page_size, max_prefill_tokens, cache, dummy_weights, tp, overlap, attention, fused_kernels, trace, ...)."""
 
     def __init__(self, model: str | None = None, **kw):
+        if kw.get("tp", 1) > 1:
+            from .server.launcher import refuse_unguarded_main
+            refuse_unguarded_main()  # first: a child importing an unguarded script leaves before any work
         self.cfg = cfg = SchedulerConfig(model_path=resolve_model(model), **kw)
         if cfg.device is None:
             self.cfg = cfg = replace(cfg, device=default_device())

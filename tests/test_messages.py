@@ -30,6 +30,13 @@ EXAMPLES = [
     M.UserReply(16, "Paris", True, "stop", 37, 8, warning="cut"),
     M.UserReply(17, "", True, "error", error="boom", status=503),
     M.BatchFrontendMsg([M.UserReply(18, "a", False), M.UserReply(19, "b", True, "length", 3, 4)]),
+    M.RecordMsg(logits=True, live=True),
+    M.ReportMsg(),
+    M.BatchRecord("prefill", (1,), (0,), (2,), (4, 5)),
+    M.StepRecord(1, M.BatchRecord("decode", (3, 4), (7, 9), (1, 1), (70, 91), (5, 6))),
+    M.RankReport(0, "cpu", {"layers.0.mlp.down_proj.weight": (64, 32)},
+                 [M.BatchRecord("prefill", (3,), (0,), (7,), (0, 1, 2, 3, 4, 5, 6))],
+                 [torch.arange(6, dtype=torch.float32)], vocab=3),
     M.AckMsg("tokenizer-0", 1234),
     M.AckMsg("scheduler-rank0", 99, "Traceback ..."),
 ]
@@ -42,7 +49,7 @@ def same(a, b) -> bool:
     if dataclasses.is_dataclass(a):
         return type(a) is type(b) and all(same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
     if isinstance(a, (list, tuple)):
-        return isinstance(b, list) and len(a) == len(b) and all(map(same, a, b))
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(same, a, b))
     if isinstance(a, dict):
         return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b
@@ -61,6 +68,15 @@ def test_round_trip(msg):
     back = M.decode(raw)
     assert same(msg, back), (msg, back)
     assert M.encode(back) == raw  # forwarding decoded bytes re-encodes to the same bytes
+
+
+def test_rank_records_compare_equal_after_the_wire():
+    """Tuples become lists in msgpack: a record off the wire must still equal the one recorded locally."""
+    rec = M.BatchRecord("decode", (3, 4), (7, 9), (1, 1), (70, 91), (5, 6))
+    assert M.decode(M.encode(M.StepRecord(1, rec))).record == rec
+    report = M.decode(M.encode(EXAMPLES[[type(m) for m in EXAMPLES].index(M.RankReport)]))
+    assert report.shard_shapes == {"layers.0.mlp.down_proj.weight": (64, 32)}
+    assert report.logits[0].shape == (2, 3)  # [rows, vocab] again
 
 
 def test_tensor_travels_as_raw_bytes_and_keeps_dtype():
