@@ -25,7 +25,7 @@ from dataclasses import replace
 import torch
 
 from .config import SchedulerConfig, default_device, load_tokenizer, resolve_model
-from .messages import (AbortMsg, BatchBackendMsg, DetokenizeMsg, RankReport, RecordMsg, ReportMsg, StepRecord,
+from .messages import (AbortMsg, BatchBackendMsg, BatchRecord, DetokenizeMsg, RankReport, RecordMsg, ReportMsg,
                        UserMsg, unbatch)
 from .model import check_tp, load_config
 from .req import SamplingParams
@@ -76,7 +76,7 @@ class RankGroup:
         self.to_rank0.put(msg)
 
     def next_replies(self, timeout_s: float | None = None) -> list:
-        """The next replies (live StepRecords go to `live_steps`); raise RankFailed if a rank failed,
+        """The next replies (live BatchRecords go to `live_steps`); raise RankFailed if a rank failed,
         died, or nothing came in time. The default limit is a backstop: a stuck collective raises
         inside the ranks after `tp_timeout_s`."""
         timeout_s = timeout_s or self.timeout_s + 60
@@ -86,8 +86,8 @@ class RankGroup:
             if msg is None:
                 self._check(deadline, timeout_s)
                 continue
-            out = [m for m in unbatch(msg) if not isinstance(m, StepRecord)]
-            self.live_steps += [(m.rank, m.record) for m in unbatch(msg) if isinstance(m, StepRecord)]
+            out = [m for m in unbatch(msg) if not isinstance(m, BatchRecord)]
+            self.live_steps += [(m.rank, m) for m in unbatch(msg) if isinstance(m, BatchRecord)]
             if out:
                 return out
 

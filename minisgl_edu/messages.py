@@ -6,7 +6,7 @@ A request passes four kinds of process, joined only by messages:
     scheduler rank 0 --DetokenizeMsg--> detokenizer --UserReply--> API server
 
 `LLM(tp=N)` runs the same scheduler ranks and plays tokenizer and detokenizer itself; chapter 8's
-`RecordMsg`/`ReportMsg` ask every rank what it decided, answered as `StepRecord`/`RankReport`.
+`RecordMsg`/`ReportMsg` ask every rank what it decided, answered as `BatchRecord`/`RankReport`.
 
 Every message is a small dataclass. The encoder is schema-less, as in Mini-SGLang: it walks the
 dataclass fields, writes the class name under `__type__`, turns a 1-D CPU tensor into raw bytes
@@ -18,7 +18,7 @@ in some module's globals), so bytes from a socket cannot make it construct anyth
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgpack
@@ -119,7 +119,7 @@ class BatchFrontendMsg:
 @dataclass
 class RecordMsg:
     """Every rank records each step it runs from now on (and its logits: `logits`); `live`: each rank
-    also sends each step as it starts it (a `StepRecord`, seen even if the rank then hangs or crashes);
+    also sends each step's record as it starts it (seen even if the rank then hangs or crashes);
     `stop`: recording ends (it syncs the host every step: keep it out of timings)."""
     logits: bool = False
     live: bool = False
@@ -140,17 +140,12 @@ class BatchRecord:
     extend_lens: tuple[int, ...]
     out_loc: tuple[int, ...]  # the KV slots this step writes: the page allocations
     tokens: tuple[int, ...] | None = None  # sampled this step (None: the forward did not finish)
+    rank: int = field(default=0, compare=False)  # who saw it: records compare equal across ranks
 
     def __post_init__(self):  # lists off the wire become tuples again: records compare equal across ranks
         for f in ("uids", "cached_lens", "extend_lens", "out_loc", "tokens"):
             if isinstance(getattr(self, f), list):
                 setattr(self, f, tuple(getattr(self, f)))
-
-
-@dataclass
-class StepRecord:
-    rank: int
-    record: BatchRecord
 
 
 @dataclass
@@ -182,8 +177,8 @@ class AckMsg:
 
 MESSAGE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     SamplingParams, TokenizeMsg, UserMsg, AbortMsg, StatsMsg, ExitMsg, BatchBackendMsg, DetokenizeMsg,
-    StatsReply, BatchTokenizerMsg, UserReply, BatchFrontendMsg, RecordMsg, ReportMsg, BatchRecord, StepRecord,
-    RankReport, AckMsg)}
+    StatsReply, BatchTokenizerMsg, UserReply, BatchFrontendMsg, RecordMsg, ReportMsg, BatchRecord, RankReport,
+    AckMsg)}
 
 # dtypes a boundary may carry (numpy must hold them, so no bfloat16): token ids, and floats for debugging
 _DTYPES = {str(d).removeprefix("torch."): d for d in (torch.int32, torch.int64, torch.float32, torch.uint8)}

@@ -33,7 +33,7 @@ EXAMPLES = [
     M.RecordMsg(logits=True, live=True),
     M.ReportMsg(),
     M.BatchRecord("prefill", (1,), (0,), (2,), (4, 5)),
-    M.StepRecord(1, M.BatchRecord("decode", (3, 4), (7, 9), (1, 1), (70, 91), (5, 6))),
+    M.BatchRecord("decode", (3, 4), (7, 9), (1, 1), (70, 91), (5, 6), rank=1),
     M.RankReport(0, "cpu", {"layers.0.mlp.down_proj.weight": (64, 32)},
                  [M.BatchRecord("prefill", (3,), (0,), (7,), (0, 1, 2, 3, 4, 5, 6))],
                  [torch.arange(6, dtype=torch.float32)], vocab=3),
@@ -72,8 +72,10 @@ def test_round_trip(msg):
 
 def test_rank_records_compare_equal_after_the_wire():
     """Tuples become lists in msgpack: a record off the wire must still equal the one recorded locally."""
-    rec = M.BatchRecord("decode", (3, 4), (7, 9), (1, 1), (70, 91), (5, 6))
-    assert M.decode(M.encode(M.StepRecord(1, rec))).record == rec
+    rec = M.BatchRecord("decode", (3, 4), (7, 9), (1, 1), (70, 91), (5, 6), rank=1)
+    back = M.decode(M.encode(rec))
+    assert back == rec and back.rank == 1
+    assert back == M.BatchRecord("decode", (3, 4), (7, 9), (1, 1), (70, 91), (5, 6))  # as rank 0 saw it
     report = M.decode(M.encode(EXAMPLES[[type(m) for m in EXAMPLES].index(M.RankReport)]))
     assert report.shard_shapes == {"layers.0.mlp.down_proj.weight": (64, 32)}
     assert report.logits[0].shape == (2, 3)  # [rows, vocab] again

@@ -24,7 +24,7 @@ import torch
 from .. import tp
 from ..config import SchedulerConfig
 from ..messages import (AbortMsg, BatchRecord, BatchTokenizerMsg, DetokenizeMsg, ExitMsg, RankReport, RecordMsg,
-                        ReportMsg, StatsMsg, StatsReply, StepRecord, UserMsg, decode, unbatch)
+                        ReportMsg, StatsMsg, StatsReply, UserMsg, decode, unbatch)
 from ..scheduler import Scheduler, build_scheduler
 from .common import exit_child, send_ack, setup_child, trace
 from .queues import Addresses, publisher, pull, push, subscriber
@@ -69,8 +69,8 @@ class RankIO:
         return raw
 
     def send(self, msgs: list) -> None:
-        """Rank 0 answers for the ledger; every rank answers for itself (its StepRecords and RankReports)."""
-        msgs = msgs if self.rank == 0 else [m for m in msgs if isinstance(m, (StepRecord, RankReport))]
+        """Rank 0 answers for the ledger; every rank answers for itself (its live BatchRecords and RankReports)."""
+        msgs = msgs if self.rank == 0 else [m for m in msgs if isinstance(m, (BatchRecord, RankReport))]
         if msgs:
             self.replies.put(msgs[0] if len(msgs) == 1 else BatchTokenizerMsg(msgs))
 
@@ -207,7 +207,7 @@ def handle(st: Rank, msg) -> list:
     if isinstance(msg, RecordMsg):
         if st.recorder is not None:
             st.recorder.detach()
-        live = (lambda rec: st.io.send([StepRecord(st.io.rank, rec)])) if msg.live else None
+        live = (lambda rec: st.io.send([replace(rec, rank=st.io.rank)])) if msg.live else None
         st.recorder = None if msg.stop else BatchRecorder(sched.engine, msg.logits, live)
         return []
     if isinstance(msg, ReportMsg):
