@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from minisgl_edu import LLM, SamplingParams  # noqa: E402
 from minisgl_edu.bench import anchors_workload  # noqa: E402
-from minisgl_edu.tp import BatchRecorder  # noqa: E402
+from minisgl_edu.server.scheduler_proc import BatchRecorder  # noqa: E402
 
 QWEN = str(ROOT / "benchmarks" / "configs" / "qwen3-0.6b")
 TOL = 0.05  # bf16: |logit difference| / max |logit| that tp=N may reach against tp=1 (summation order)
