@@ -26,12 +26,9 @@ def cdiv(a: int, b: int) -> int:
 
 
 def to_device(a: np.ndarray, device: torch.device, host: bool = False) -> torch.Tensor:
-    """Host array -> tensor for `device` without stalling the CPU: through pinned memory, non-blocking.
-    host=True stops at the pinned host tensor (FlashInfer's `plan()` copies those itself, chapter 7).
-
-    A copy from ordinary (pageable) memory may make the CPU wait for the stream; the overlap loop
-    (chapter 6) needs every copy inside a step to be asynchronous.
-    """
+    """Host array -> tensor for `device` without stalling the CPU: through pinned memory, non-blocking
+    (from pageable memory a copy may wait for the stream; chapter 6's overlap loop must not).
+    host=True stops at the pinned host tensor (FlashInfer's `plan()` copies those itself, chapter 7)."""
     t = torch.from_numpy(np.ascontiguousarray(a))
     if torch.device(device).type != "cuda":
         return t

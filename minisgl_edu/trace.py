@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -92,7 +91,6 @@ class Tracer:
         self._pending: list[tuple[Timeline, tuple, dict]] = []  # forwards whose device work may still run
         self._step_args: dict[int, dict] = {}  # id(batch) -> its launch span's arguments, for its process span
         self._t0 = time.perf_counter()
-        self._lock = threading.Lock()
 
     @contextmanager
     def span(self, name: str, **args):
@@ -133,11 +131,10 @@ class Tracer:
 
     # ---- events --------------------------------------------------------------------------------
     def _add(self, name: str, start: float, end: float, tid: int, args: dict) -> None:
-        with self._lock:
-            self.events.append({"name": name, "cat": "device" if tid == DEVICE_TID else "cpu", "ph": "X",
-                                "ts": round((start - self._t0) * 1e6, 3), "dur": round((end - start) * 1e6, 3),
-                                "pid": os.getpid(), "tid": tid,
-                                "args": {k: v for k, v in args.items() if isinstance(v, (int, float, str, bool))}})
+        self.events.append({"name": name, "cat": "device" if tid == DEVICE_TID else "cpu", "ph": "X",
+                            "ts": round((start - self._t0) * 1e6, 3), "dur": round((end - start) * 1e6, 3),
+                            "pid": os.getpid(), "tid": tid,
+                            "args": {k: v for k, v in args.items() if isinstance(v, (int, float, str, bool))}})
 
     def flush(self, wait: bool = False) -> None:
         """Turn the forwards whose device work has finished (all of them if `wait`) into device spans."""
