@@ -13,6 +13,7 @@ import time
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -102,32 +103,33 @@ class Tracer:
 
     # ---- the hook: the scheduler's three phases become spans ------------------------------------
     def attach(self, sched) -> None:
-        """Trace `sched`: its instance attributes now shadow the class's schedule, launch and process."""
-        self.sched, self._inner = sched, (sched.schedule, sched.launch, sched.process)
-        sched.schedule, sched.launch, sched.process = self._schedule, self._launch, self._process
+        """Trace `sched` (once): its instance attributes now shadow the class's schedule, launch and process."""
+        sched.schedule = partial(self._schedule, sched, sched.schedule)
+        sched.launch = partial(self._launch, sched, sched.launch)
+        sched.process = partial(self._process, sched.process)
 
-    def _schedule(self):
+    def _schedule(self, sched, schedule):
         with self.span("schedule") as args:
-            batch = self._inner[0]()
+            batch = schedule()
             if batch is not None:  # not launched yet: its stats come next
-                args.update(step=len(self.sched.stats), **asdict(StepStats.of(batch)))
+                args.update(step=len(sched.stats), **asdict(StepStats.of(batch)))
         return batch
 
-    def _launch(self, batch):
-        engine = self.sched.engine
+    def _launch(self, sched, launch, batch):
+        engine = sched.engine
         if engine.timeline is None:  # the forward's device times: our own timeline, the latest entry only
             engine.timeline = Timeline(engine.device, maxlen=1)
         with self.span("launch") as args:
-            tokens = self._inner[1](batch)
-            args.update(step=len(self.sched.stats) - 1, **asdict(self.sched.stats[-1]))
+            tokens = launch(batch)
+            args.update(step=len(sched.stats) - 1, **asdict(sched.stats[-1]))
         self._pending.append((engine.timeline, engine.timeline.entries[-1], dict(args)))
         self._step_args[id(batch)] = args  # the overlap loop processes step N after launching N+1
         self.flush()
         return tokens
 
-    def _process(self, batch, tokens):
+    def _process(self, process, batch, tokens):
         with self.span("process", **self._step_args.pop(id(batch), {})):
-            return self._inner[2](batch, tokens)
+            return process(batch, tokens)
 
     # ---- events --------------------------------------------------------------------------------
     def _add(self, name: str, start: float, end: float, tid: int, args: dict) -> None:

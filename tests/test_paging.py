@@ -186,6 +186,7 @@ def test_allocator_never_double_allocates_or_leaks(ps, num_pages, ops):
         in_use = {int(p) for r in reqs for p in (pool.page_table[r.table_idx, : r.device_len] // ps).tolist()}
         assert not in_use & set(held_raw)
         check_rows(pool, reqs, other_pages=len(held_raw))
-        raw_locs = torch.cat([(t[:, None] * ps + torch.arange(ps)).flatten() for t in raw] + [torch.zeros(0, dtype=torch.int64)])
+        raw_locs = torch.cat([(t[:, None] * ps + torch.arange(ps)).flatten() for t in raw]
+                             + [torch.zeros(0, dtype=torch.int64)])
         pool.check_integrity(reqs, other_locs=raw_locs, in_step=True)  # assigned through device_len
         assert len(pool.free_rows) + len(reqs) == 4
