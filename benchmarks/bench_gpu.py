@@ -32,6 +32,7 @@ from minisgl_edu.bench import (anchors_workload, copy_bandwidth, decode_floor_s,
                                fresh_scheduler, kv_bytes_per_token, make_decode_batch, release, time_steps,
                                timeline_stats, weight_bytes)
 from minisgl_edu.req import Batch  # noqa: E402
+from minisgl_edu.trace import Timeline  # noqa: E402
 
 QWEN = str(ROOT / "benchmarks" / "configs" / "qwen3-0.6b")
 RESULTS = ROOT / "benchmarks" / "results.json"
@@ -163,7 +164,7 @@ def p4(llm: LLM) -> None:
     res = {}
     for overlap in (False, True, False, True):  # twice each: the second pair is the one reported
         sched = fresh_scheduler(llm, overlap)
-        llm.engine.timeline = []
+        llm.engine.timeline = Timeline(llm.engine.device)
         torch.cuda.synchronize()
         t = time.perf_counter()
         outs = llm.generate(prompts, params, use_tqdm=False)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from .req import Batch, Req, SamplingParams
+from .trace import StepTime, Timeline
 
 
 def anchors_workload(n: int = 256, seed: int = 0) -> tuple[list[list[int]], list[int]]:
@@ -86,26 +87,18 @@ def gaps_and_idle_share(steps_ms: list[tuple[float, float]]) -> tuple[list[float
     return gaps, (sum(gaps) / span if span > 0 else 0.0)
 
 
-def timeline_stats(timeline: list, first: int = 0) -> TimelineStats:
-    """From Engine.timeline [(cpu t0, cpu t1, gpu start event, gpu end event)], steps first.. (synchronize first)."""
-    tl = timeline[first:]
-    origin = tl[0][2]
-    steps = [(origin.elapsed_time(a), origin.elapsed_time(b)) for _, _, a, b in tl]  # ms from the first start
+def timeline_stats(timeline: Timeline, first: int = 0) -> TimelineStats:
+    """The device times of Engine.timeline's steps from `first` on (it waits for them)."""
+    steps = [(t.device_start * 1e3, t.device_end * 1e3) for t in timeline.steps(first)]  # ms
     gaps, idle = gaps_and_idle_share(steps)
     span = steps[-1][1] - steps[0][0]
-    return TimelineStats(len(tl), sum(e - s for s, e in steps) / 1e3, span / 1e3, idle, [e - s for s, e in steps], gaps)
+    return TimelineStats(len(steps), sum(e - s for s, e in steps) / 1e3, span / 1e3, idle, [e - s for s, e in steps], gaps)
 
 
-def aligned_timeline(timeline: list) -> list[tuple[float, float, float, float]]:
-    """(cpu start, cpu end, gpu start, gpu end) per step, all in seconds from the first step's CPU start.
-    GPU times are placed on the CPU clock through the first GPU start (an approximation for plots)."""
-    torch.cuda.synchronize()
-    c0, g0 = timeline[0][0], timeline[0][2]
-    out = []
-    for t0, t1, a, b in timeline:
-        gs = g0.elapsed_time(a) / 1e3
-        out.append((t0 - c0, t1 - c0, gs, gs + a.elapsed_time(b) / 1e3))
-    return out
+def aligned_timeline(timeline: Timeline, first: int = 0) -> list[StepTime]:
+    """Engine.timeline's steps from `first` on, every time in seconds from that step's CPU start (for plots)."""
+    steps = timeline.steps(first)
+    return [StepTime(*(t - steps[0].cpu_start for t in step)) for step in steps]
 
 
 def time_steps(fn, iters: int = 50, warmup: int = 5, sync=None) -> float:
@@ -157,10 +150,9 @@ def make_decode_batch(engine, bs: int, ctx: int, seed: int) -> Batch:
 
 
 def release(engine, batch: Batch) -> None:
-    pool = engine.pool
-    for r in batch.reqs:
-        pool.free(pool.page_table[r.table_idx, : -(-r.device_len // pool.page_size) * pool.page_size])
-        pool.release_row(r.table_idx)
+    for r in batch.reqs:  # make_decode_batch assigned the decode step's slots: they reach device_len
+        engine.pool.free_tail(r, 0, in_step=True)
+        engine.pool.release_row(r.table_idx)
 
 
 def first_decode(stats) -> int:

@@ -7,8 +7,7 @@ kernel arguments": positions, input ids gathered from the token pool, and the ba
 from __future__ import annotations
 
 import logging
-import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import torch
@@ -21,6 +20,7 @@ from .paging import KVCache, PagePool, extend_spans, to_device
 from .req import Batch
 from .sampling import SamplingTensors, sample
 from .tp import min_over_ranks
+from .trace import Timeline
 
 log = logging.getLogger("minisgl_edu")
 
@@ -48,7 +48,7 @@ class Engine:
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         # chapter 6: the forward runs on its own stream, so the scheduler's stream can prepare step N+1
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
-        self.timeline: list | None = None  # set to [] to record (cpu start, cpu end, gpu start, gpu end) per step
+        self.timeline: Timeline | None = None  # set to Timeline(device) to record every forward's times
         self.graphs = None
         if self.device.type != "cuda" or cfg.cuda_graph_max_bs <= 0:
             log.info("CUDA graphs off: %s", "no CUDA device" if self.device.type != "cuda" else "--cuda-graph-max-bs 0")
@@ -99,22 +99,11 @@ class Engine:
 
         On CUDA the step runs on `self.stream`; with wait=False the tokens are only safe to read
         through `to_host()` (the overlap loop), with wait=True on the caller's stream too."""
-        with self.on_stream(wait):
-            t0 = time.perf_counter()
-            ev = self._event() if self.timeline is not None else None
+        with self.on_stream(wait), self.timeline.step() if self.timeline is not None else nullcontext():
             tokens = self._forward(batch)
-            if self.timeline is not None:
-                self.timeline.append((t0, time.perf_counter(), ev, self._event()))
         if wait and self.stream is not None:
             tokens.record_stream(torch.cuda.current_stream(self.device))  # used there: not reused before
         return tokens
-
-    def _event(self) -> torch.cuda.Event | None:
-        if self.stream is None:  # the CPU has no device timeline: only the CPU times are recorded
-            return None
-        e = torch.cuda.Event(enable_timing=True)
-        e.record()
-        return e
 
     def to_host(self, tokens: torch.Tensor):
         """Start copying step N's tokens to the host; return (host tensor, copy-done event or None)."""

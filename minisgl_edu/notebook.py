@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from .paging import cdiv
+
 
 def pick_device() -> str:
     """"cuda" when a GPU is present, else "cpu": every notebook runs on both."""
@@ -123,10 +125,9 @@ def page_owners(pool, reqs=(), cache=None) -> list[str]:
     for r in reqs:
         if r.table_idx < 0:
             continue
-        end = -(-r.device_len // ps) * ps
-        for loc in pool.page_table[r.table_idx, r.matched_len:end:ps].tolist():
-            if owner[loc // ps] == "":
-                owner[loc // ps] = f"uid {r.uid}"
+        for p in pool.pages_of(r).tolist():
+            if owner[p] == "":
+                owner[p] = f"uid {r.uid}"
     return owner
 
 
@@ -141,7 +142,7 @@ def plot_pages(pool, reqs=(), cache=None, ax=None, title: str = ""):
     colour = {n: ("#e8e8e8" if n == "free" else "#9e9e9e" if n == "cache" else "#000000" if n == ""
                   else palette(int(n.split()[-1]) % 10)) for n in names}  # a request keeps its colour
     cols = min(32, pool.num_pages)
-    rows = -(-pool.num_pages // cols)
+    rows = cdiv(pool.num_pages, cols)
     if ax is None:
         _, ax = plt.subplots(figsize=(0.28 * cols + 1.5, 0.28 * rows + 0.6))
     for p, name in enumerate(owners):

@@ -25,23 +25,25 @@ def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def to_device(a: np.ndarray, device: torch.device) -> torch.Tensor:
-    """Host array -> device tensor without stalling the CPU: through pinned memory, non-blocking.
-
-    A copy from ordinary (pageable) memory may make the CPU wait for the stream; the overlap loop
-    (chapter 6) needs every copy inside a step to be asynchronous.
-    """
+def to_device(a: np.ndarray, device: torch.device, host: bool = False) -> torch.Tensor:
+    """Host array -> tensor for `device` without stalling the CPU: through pinned memory, non-blocking
+    (from pageable memory a copy may wait for the stream; chapter 6's overlap loop must not).
+    host=True stops at the pinned host tensor (FlashInfer's `plan()` copies those itself, chapter 7)."""
     t = torch.from_numpy(np.ascontiguousarray(a))
     if torch.device(device).type != "cuda":
         return t
-    return t.pin_memory().to(device, non_blocking=True)  # the caching host allocator reuses the buffer safely
+    t = t.pin_memory()  # the caching host allocator reuses the buffer safely
+    return t if host else t.to(device, non_blocking=True)
 
 
-def ragged_arange(starts: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    """concat(arange(s, s + n) for s, n in zip(starts, lens)), without a Python loop."""
-    total = int(lens.sum())
-    offsets = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
-    return np.repeat(starts, lens) + offsets
+def ragged_arange(lens: torch.Tensor, starts: torch.Tensor | None = None, total: int | None = None) -> torch.Tensor:
+    """concat(arange(s, s + n) for s, n in zip(starts, lens)), starts 0 by default, on the tensors'
+    device and without a Python loop. Given `total` (= lens.sum()), a device computation needs no sync."""
+    total = int(lens.sum()) if total is None else total
+    shift = torch.cumsum(lens, 0) - lens  # where each run begins in the output
+    if starts is not None:
+        shift = shift - starts
+    return torch.arange(total, device=lens.device) - torch.repeat_interleave(shift, lens, output_size=total)
 
 
 def extend_spans(reqs: list[Req]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -50,7 +52,7 @@ def extend_spans(reqs: list[Req]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     cached = np.fromiter((r.cached_len for r in reqs), np.int64, len(reqs))
     ext = np.fromiter((r.extend_len for r in reqs), np.int64, len(reqs))
     rows = np.repeat(np.fromiter((r.table_idx for r in reqs), np.int64, len(reqs)), ext)
-    return cached, ext, rows, ragged_arange(cached, ext)
+    return cached, ext, rows, ragged_arange(torch.from_numpy(ext), torch.from_numpy(cached)).numpy()
 
 
 class KVCache:
@@ -113,12 +115,29 @@ class PagePool:
         if locs.numel():
             self.free_pages = torch.cat([self.free_pages, (locs[:: self.page_size] // self.page_size).to(torch.int32)])
 
-    def free_tail(self, req: Req, start: int) -> None:
-        """Free a request's own pages from position `start` (page-aligned) to its cached_len."""
-        ps = self.page_size
-        end = cdiv(req.cached_len, ps) * ps  # include the partial last page
-        if end > start:
-            self.free(self.page_table[req.table_idx, start:end])
+    def pages_of(self, req: Req, start: int | None = None, in_step: bool = False) -> torch.Tensor:
+        """The pages `req` holds itself, from position `start` (page-aligned; default matched_len, below
+        which the pages are the prefix cache's) through its partial last page. Between steps that is
+        cached_len; `in_step`: after assign_locations and before complete_one, it is device_len."""
+        ps, end = self.page_size, req.device_len if in_step else req.cached_len
+        start = req.matched_len if start is None else start
+        return self.page_table[req.table_idx, start: cdiv(end, ps) * ps: ps] // ps  # one slot names its page
+
+    def free_tail(self, req: Req, start: int, in_step: bool = False) -> None:
+        """Free a request's own pages from position `start` (page-aligned) through its partial last page."""
+        self.free_pages = torch.cat([self.free_pages, self.pages_of(req, start, in_step)])
+
+    def check_integrity(self, reqs: list[Req], other_locs: torch.Tensor | None = None, busy_rows: int = 0,
+                        in_step: bool = False) -> None:
+        """free pages + pages behind `other_locs` (the prefix cache's) + `pages_of` each live request ==
+        all pages, no page twice; free rows + their rows + `busy_rows` (deferred) == all rows but the dummy."""
+        held = [self.pages_of(r, in_step=in_step) for r in reqs if r.table_idx >= 0]
+        other = self.free_pages[:0] if other_locs is None else other_locs[:: self.page_size] // self.page_size
+        pages = torch.cat([self.free_pages.long(), other.long()] + [h.long() for h in held])
+        assert len(pages) == self.num_pages, f"page leak: {self.num_free_pages} free + {len(other)} cached + " \
+                                             f"{sum(map(len, held))} held != {self.num_pages}"
+        assert len(torch.unique(pages)) == len(pages), "a page is counted twice"
+        assert len(self.free_rows) + len(held) + busy_rows == self.dummy_row, "page-table row leak"
 
     # ---- rows ----------------------------------------------------------------------------------
     def take_row(self) -> int:
@@ -136,8 +155,8 @@ class PagePool:
         """
         ps = self.page_size
         cached, ext, rows, pos = extend_spans(reqs)
-        first_new = -(-cached // ps)  # logical pages below this already exist
-        new_pages = -(-(cached + ext) // ps) - first_new
+        first_new = cdiv(cached, ps)  # logical pages below this already exist
+        new_pages = cdiv(cached + ext, ps) - first_new
         lp = pos // ps
         is_new = lp >= np.repeat(first_new, ext)
         order = np.repeat(np.cumsum(new_pages) - new_pages - first_new, ext) + lp  # index into `pages`

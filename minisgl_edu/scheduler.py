@@ -14,27 +14,24 @@ On CUDA the loop uses two streams: the scheduler's stream (slot assignment, page
 and the engine's stream (the forward). The CPU never waits inside a step except on the copy-done
 event of the step before.
 
-With a `Tracer` (minisgl_edu/trace.py) `schedule`, `launch` (prepare metadata and enqueue the
-forward) and `process` each leave a CPU span, and the forward a device span (from the engine's
-timeline), with the step's `StepStats` as arguments.
+Tracing is a hook outside this loop: a `Tracer` assigned to `scheduler.tracer` wraps `schedule`,
+`launch` and `process` in spans (minisgl_edu/trace.py).
 """
 from __future__ import annotations
 
-import functools
 import logging
 from collections import deque
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
 from .config import SchedulerConfig, eos_ids
 from .engine import Engine
-from .paging import cdiv
 from .prefill import PrefillAdder, pages_to_finish
 from .radix import make_cache
 from .req import Batch, Req, SamplingParams
-from .trace import Tracer
+from .trace import StepStats, Tracer
 
 log = logging.getLogger("minisgl_edu")
 
@@ -45,29 +42,6 @@ class TokenOutput:
     token_id: int  # -1 when nothing new was produced (an abort or an error)
     finished: bool
     finish_reason: str | None = None  # "stop" | "length" | "abort"
-
-
-def traced(name: str):
-    """Time a Scheduler method as a CPU span `name` when the scheduler has a tracer (the step trace)."""
-    def wrap(method):
-        @functools.wraps(method)
-        def run(self, *args):
-            if self.tracer is None:
-                return method(self, *args)
-            with self.tracer.span(name) as span_args:
-                out = method(self, *args)
-                span_args.update(self._span_args(name, args[0] if args else out))  # launch/process: the batch
-            return out
-        return run
-    return wrap
-
-
-@dataclass
-class StepStats:
-    phase: str
-    batch_size: int
-    tokens: int  # tokens extended this step
-    cache_hit_tokens: int  # prompt tokens served from the prefix cache (prefill steps)
 
 
 class Scheduler:
@@ -92,7 +66,6 @@ class Scheduler:
         self.stream = torch.cuda.Stream(engine.device) if cuda and self.overlap else None  # the scheduler stream
         self.stats: list[StepStats] = []
         self.tracer = tracer  # a trace.Tracer: per-step spans for Perfetto, or None
-        self._timeline = None  # the engine timeline list we switched on for the tracer (cleared each step)
 
     # ---- receive -------------------------------------------------------------------------------
     def add_request(self, uid: int, token_ids: list[int], sampling: SamplingParams) -> Req:
@@ -134,7 +107,6 @@ class Scheduler:
         return not self.pending and not self.running and self.in_flight is None
 
     # ---- schedule ------------------------------------------------------------------------------
-    @traced("schedule")
     def schedule(self) -> Batch | None:
         # only admission needs the reserved size: skip the sum over every running request otherwise
         reserved = sum(pages_to_finish(r, self.page_size) for r in self.running) if self.pending else 0
@@ -153,19 +125,11 @@ class Scheduler:
         return Batch(list(self.running), "decode") if self.running else None
 
     # ---- launch --------------------------------------------------------------------------------
-    @traced("launch")
     def launch(self, batch: Batch) -> torch.Tensor:
         """Assign KV slots, run the forward, and advance every ledger as if the token were known."""
-        self.stats.append(self._step_stats(batch))
+        self.stats.append(StepStats.of(batch))
         batch.out_loc = self.pool.assign_locations(batch.reqs)
-        if self.tracer is not None and self.engine.timeline is None:  # the forward's device times come from here
-            self.engine.timeline = self._timeline = []
         tokens = self.engine.forward(batch, wait=False) if self.overlap else self.engine.forward(batch)
-        if self.tracer is not None:
-            self.tracer.timeline_span("forward", self.engine.timeline[-1], **self._span_args("forward", batch))
-            if self.engine.timeline is self._timeline:
-                self._timeline.clear()
-            self.tracer.flush()  # resolve the device spans of earlier steps that have finished (no wait)
         for req in batch.reqs:
             if req.is_chunked:
                 req.cached_len = req.device_len
@@ -178,7 +142,6 @@ class Scheduler:
         return tokens
 
     # ---- process results -----------------------------------------------------------------------
-    @traced("process")
     def process(self, batch: Batch, tokens: list[int]) -> list[TokenOutput]:
         out = []
         for req, tok in zip((batch.reqs[i] for i in batch.sample_rows), tokens):
@@ -196,7 +159,18 @@ class Scheduler:
         return out
 
     def _finish(self, req: Req, reason: str) -> None:
-        """Hand the request's computed prefix to the cache, free the rest, unlock, release its row."""
+        """Hand the request's computed prefix to the cache, free the rest, unlock, release its row.
+
+        Its page-table row, cut at aligned = cached_len rounded down to a whole page and at present =
+        how much of [0, aligned) the tree held already (matched_len <= present <= aligned; NaiveCache,
+        keeping nothing, reports all of it):
+
+            positions                slots came from    at finish
+            [0, matched_len)         the cache          the tree's: unlocked below, nothing to free
+            [matched_len, present)   this request       duplicates of the tree's slots: freed
+            [present, aligned)       this request       handed to the tree by insert_prefix
+            [aligned, cached_len)    this request       the partial last page: freed by free_tail
+        """
         req.finish_reason = reason
         self.live.pop(req.uid, None)
         if req in self.running:
@@ -207,29 +181,13 @@ class Scheduler:
         aligned = req.cached_len // ps * ps
         present = self.cache.insert_prefix(req.token_ids[:aligned], self.pool.page_table[row, :aligned])
         self.pool.free(self.pool.page_table[row, req.matched_len:present])  # our copies of what was cached
-        self.pool.free_tail(req, max(aligned, present))
+        self.pool.free_tail(req, aligned)
         self.cache.unlock(req.cache_handle)
         if self.in_flight is not None:  # the step in flight writes this row's next token: reuse it later
             self.deferred_rows.append(row)
         else:
             self.pool.release_row(row)
         req.table_idx = -1
-
-    # ---- tracing (chapter 6's step trace) -------------------------------------------------------
-    def _step_stats(self, batch: Batch) -> StepStats:
-        hit = sum(r.matched_len for r in batch.reqs if r.cached_len == r.matched_len) if batch.is_prefill else 0
-        return StepStats(batch.phase, batch.size, sum(r.extend_len for r in batch.reqs), hit)
-
-    def _span_args(self, name: str, batch: Batch | None) -> dict:
-        """A span's arguments: the index of `batch`'s step in self.stats and its StepStats."""
-        if batch is None:
-            return {}
-        if name == "schedule":  # not launched yet: its stats come next
-            return dict(step=len(self.stats), **asdict(self._step_stats(batch)))
-        # the overlap loop processes step N after it has launched step N+1
-        newer = name == "process" and self.in_flight is not None and self.in_flight[0] is not batch
-        step = len(self.stats) - 1 - newer
-        return dict(step=step, **asdict(self.stats[step]))
 
     # ---- the loop ------------------------------------------------------------------------------
     def step(self) -> list[TokenOutput]:
@@ -257,21 +215,22 @@ class Scheduler:
             self.deferred_rows.clear()
             return self.process(batch_prev, host_prev.tolist())
 
-    # ---- integrity -----------------------------------------------------------------------------
+    # ---- integrity and the tracing hook ---------------------------------------------------------
     def check_integrity(self) -> None:
-        """free pages + pages in the cache + pages held by live requests == all pages; no page twice."""
+        """Every page and every row accounted for exactly once (PagePool.check_integrity), the tree consistent."""
         self.cache.check_integrity()
-        ps, table = self.page_size, self.pool.page_table
-        held = [table[r.table_idx, r.matched_len: cdiv(r.cached_len, ps) * ps: ps] // ps
-                for r in self.live.values() if r.table_idx >= 0]
-        cached = self.cache.all_locations()[::ps] // ps
-        pages = torch.cat([self.pool.free_pages.long(), cached.long()] + [h.long() for h in held])
-        assert len(pages) == self.pool.num_pages, \
-            f"page leak: {self.pool.num_free_pages} free + {len(cached)} cached + {sum(map(len, held))} held != {self.pool.num_pages}"
-        assert len(torch.unique(pages)) == len(pages), "a page is counted twice"
-        rows_in_use = sum(r.table_idx >= 0 for r in self.live.values())
-        assert len(self.pool.free_rows) + len(self.deferred_rows) + rows_in_use == self.pool.dummy_row, \
-            "page-table row leak"
+        self.pool.check_integrity(list(self.live.values()), self.cache.all_locations(), len(self.deferred_rows))
+
+    @property
+    def tracer(self) -> Tracer | None:
+        return self._tracer
+
+    @tracer.setter
+    def tracer(self, tracer: Tracer | None) -> None:
+        """Assigning a Tracer attaches its hook: spans around schedule, launch and process (trace.py)."""
+        self._tracer = tracer
+        if tracer is not None:
+            tracer.attach(self)
 
 
 def build_scheduler(cfg: SchedulerConfig) -> Scheduler:

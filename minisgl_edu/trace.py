@@ -1,97 +1,156 @@
-"""A step trace in Chrome/Perfetto trace-event format: where does each scheduler step spend its time?
+"""Chapter 6 — A step trace in Chrome/Perfetto trace-event format: where does each scheduler step spend its time?
 
-`Tracer.span("schedule")` times a CPU span; `Tracer.device_span("forward")` times device work with
-CUDA events (resolved lazily, so tracing adds no synchronisation inside a step). Open the JSON that
-`save()` writes in https://ui.perfetto.dev or chrome://tracing.
+Tracing is one hook outside the loop: `Tracer.attach(scheduler)` (assigning `scheduler.tracer` does
+it) wraps the scheduler's `schedule`, `launch` and `process` in CPU spans. The forward's device span
+comes from the engine's `Timeline`, the one record of step times, which the benchmarks
+(`bench.py`) read too. Open the JSON that `save()` writes in https://ui.perfetto.dev or chrome://tracing.
 """
 from __future__ import annotations
 
 import json
 import os
-import threading
 import time
+from collections import deque
 from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import NamedTuple
 
 import torch
 
 CPU_TID, DEVICE_TID = 1, 2
 
 
+@dataclass
+class StepStats:
+    phase: str
+    batch_size: int
+    tokens: int  # tokens extended this step
+    cache_hit_tokens: int  # prompt tokens served from the prefix cache (prefill steps)
+
+    @classmethod
+    def of(cls, batch) -> StepStats:
+        hit = sum(r.matched_len for r in batch.reqs if r.cached_len == r.matched_len) if batch.is_prefill else 0
+        return cls(batch.phase, batch.size, sum(r.extend_len for r in batch.reqs), hit)
+
+
+class StepTime(NamedTuple):
+    """When one forward ran, in seconds on the CPU clock (time.perf_counter): the CPU inside
+    Engine.forward, and its device work placed on the same clock (on the CPU: the CPU times)."""
+    cpu_start: float
+    cpu_end: float
+    device_start: float
+    device_end: float
+
+
+def _event() -> torch.cuda.Event:
+    e = torch.cuda.Event(enable_timing=True)
+    e.record()
+    return e
+
+
+class Timeline:
+    """Engine.forward's record, one entry per step: `engine.timeline = Timeline(engine.device)`.
+
+    On CUDA an entry holds two events on the engine stream, read only once they have completed and
+    placed on the CPU clock through one origin event paired with it here (the one synchronize), so
+    recording adds no wait inside a step."""
+
+    def __init__(self, device: torch.device, maxlen: int | None = None):
+        self.entries: deque[tuple] = deque(maxlen=maxlen)  # (cpu start, cpu end, start event, end event)
+        self.origin = _event() if torch.device(device).type == "cuda" else None
+        if self.origin is not None:
+            torch.cuda.synchronize(device)
+            self.origin_s = time.perf_counter()
+
+    @contextmanager
+    def step(self):
+        t0, start = time.perf_counter(), _event() if self.origin is not None else None
+        yield
+        self.entries.append((t0, time.perf_counter(), start, _event() if start is not None else None))
+
+    def place(self, entry: tuple, wait: bool = True) -> StepTime | None:
+        """One entry on the CPU clock; None while its device work runs, unless `wait`."""
+        t0, t1, start, end = entry
+        if start is None:  # the forward ran on the host
+            return StepTime(t0, t1, t0, t1)
+        if not wait and not end.query():
+            return None
+        end.synchronize()
+        at = lambda e: self.origin_s + self.origin.elapsed_time(e) / 1e3
+        return StepTime(t0, t1, at(start), at(end))
+
+    def steps(self, first: int = 0) -> list[StepTime]:
+        """Every step from `first` on (waits for the device)."""
+        return [self.place(e) for e in list(self.entries)[first:]]
+
+
 class Tracer:
     def __init__(self, path: str | None = None):
         self.path = path
         self.events: list[dict] = []
-        self._pending: list[tuple[torch.cuda.Event, torch.cuda.Event, str, dict]] = []
-        self._t0_ns = time.perf_counter_ns()
-        self._lock = threading.Lock()
-        self._cuda_origin: torch.cuda.Event | None = None
-
-    def _us(self, ns: int) -> float:
-        return (ns - self._t0_ns) / 1000.0
+        self._pending: list[tuple[Timeline, tuple, dict]] = []  # forwards whose device work may still run
+        self._step_args: dict[int, dict] = {}  # id(batch) -> its launch span's arguments, for its process span
+        self._t0 = time.perf_counter()
 
     @contextmanager
     def span(self, name: str, **args):
-        start = time.perf_counter_ns()
+        start = time.perf_counter()
         try:
             yield args  # the caller may add arguments (batch size, tokens, ...) while inside
         finally:
-            end = time.perf_counter_ns()
-            self._add(name, self._us(start), (end - start) / 1000.0, CPU_TID, args)
+            self._add(name, start, time.perf_counter(), CPU_TID, args)
 
-    @contextmanager
-    def device_span(self, name: str, device: torch.device, **args):
-        """Time the work enqueued inside on the current CUDA stream; on the CPU a plain span."""
-        if device.type != "cuda":
-            with self.span(name, **args) as a:
-                yield a
-            return
-        self._place_device_clock()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        yield args
-        e.record()
-        self._pending.append((s, e, name, args))
+    # ---- the hook: the scheduler's three phases become spans ------------------------------------
+    def attach(self, sched) -> None:
+        """Trace `sched` (once): its instance attributes now shadow the class's schedule, launch and process."""
+        sched.schedule = partial(self._schedule, sched, sched.schedule)
+        sched.launch = partial(self._launch, sched, sched.launch)
+        sched.process = partial(self._process, sched.process)
 
-    def timeline_span(self, name: str, entry: tuple, **args) -> None:
-        """A device span from one `Engine.timeline` entry (cpu start, cpu end, start event, end event).
-        On the CPU there are no events: the forward ran on the host, so its CPU times are the device's."""
-        t0, t1, start, end = entry
-        if start is None:
-            self._add(name, self._us(round(t0 * 1e9)), (t1 - t0) * 1e6, DEVICE_TID, args)
-            return
-        self._place_device_clock()
-        self._pending.append((start, end, name, args))
+    def _schedule(self, sched, schedule):
+        with self.span("schedule") as args:
+            batch = schedule()
+            if batch is not None:  # not launched yet: its stats come next
+                args.update(step=len(sched.stats), **asdict(StepStats.of(batch)))
+        return batch
 
-    def _place_device_clock(self) -> None:
-        if self._cuda_origin is None:  # pair one event with the host clock to place device spans
-            self._cuda_origin = torch.cuda.Event(enable_timing=True)
-            self._cuda_origin.record()
-            torch.cuda.synchronize()
-            self._origin_us = self._us(time.perf_counter_ns())
+    def _launch(self, sched, launch, batch):
+        engine = sched.engine
+        if engine.timeline is None:  # the forward's device times: our own timeline, the latest entry only
+            engine.timeline = Timeline(engine.device, maxlen=1)
+        with self.span("launch") as args:
+            tokens = launch(batch)
+            args.update(step=len(sched.stats) - 1, **asdict(sched.stats[-1]))
+        self._pending.append((engine.timeline, engine.timeline.entries[-1], dict(args)))
+        self._step_args[id(batch)] = args  # the overlap loop processes step N after launching N+1
+        self.flush()
+        return tokens
 
-    def _add(self, name: str, ts: float, dur: float, tid: int, args: dict) -> None:
-        with self._lock:
-            self.events.append({"name": name, "cat": "device" if tid == DEVICE_TID else "cpu", "ph": "X",
-                                "ts": round(ts, 3), "dur": round(dur, 3), "pid": os.getpid(), "tid": tid,
-                                "args": {k: v for k, v in args.items() if isinstance(v, (int, float, str, bool))}})
+    def _process(self, process, batch, tokens):
+        with self.span("process", **self._step_args.pop(id(batch), {})):
+            return process(batch, tokens)
 
-    def flush(self) -> None:
-        """Resolve finished device spans into events (only those whose end event has completed)."""
-        if not self._pending:
-            return
+    # ---- events --------------------------------------------------------------------------------
+    def _add(self, name: str, start: float, end: float, tid: int, args: dict) -> None:
+        self.events.append({"name": name, "cat": "device" if tid == DEVICE_TID else "cpu", "ph": "X",
+                            "ts": round((start - self._t0) * 1e6, 3), "dur": round((end - start) * 1e6, 3),
+                            "pid": os.getpid(), "tid": tid,
+                            "args": {k: v for k, v in args.items() if isinstance(v, (int, float, str, bool))}})
+
+    def flush(self, wait: bool = False) -> None:
+        """Turn the forwards whose device work has finished (all of them if `wait`) into device spans."""
         keep = []
-        for s, e, name, args in self._pending:
-            if e.query():
-                ts = self._origin_us + self._cuda_origin.elapsed_time(s) * 1000.0
-                self._add(name, ts, s.elapsed_time(e) * 1000.0, DEVICE_TID, args)
+        for timeline, entry, args in self._pending:
+            t = timeline.place(entry, wait)
+            if t is None:
+                keep.append((timeline, entry, args))
             else:
-                keep.append((s, e, name, args))
+                self._add("forward", t.device_start, t.device_end, DEVICE_TID, args)
         self._pending = keep
 
     def to_json(self) -> dict:
-        if self._pending:
-            torch.cuda.synchronize()
-            self.flush()
+        self.flush(wait=True)
         meta = [{"name": "thread_name", "ph": "M", "pid": os.getpid(), "tid": t, "args": {"name": n}}
                 for t, n in ((CPU_TID, "scheduler (CPU)"), (DEVICE_TID, "device"))]
         return {"traceEvents": meta + sorted(self.events, key=lambda ev: ev["ts"]), "displayTimeUnit": "ms"}

@@ -39,8 +39,45 @@ def check_rows(pool: PagePool, reqs: list[Req], other_pages: int = 0) -> None:
 
 
 def test_ragged_arange():
-    got = ragged_arange(np.array([3, 0, 10]), np.array([2, 0, 3]))
-    assert got.tolist() == [3, 4, 10, 11, 12]
+    lens, starts = torch.tensor([2, 0, 3]), torch.tensor([3, 0, 10])
+    assert ragged_arange(lens, starts).tolist() == [3, 4, 10, 11, 12]
+    assert ragged_arange(lens, total=5).tolist() == [0, 1, 0, 1, 2]  # starts 0: each request's key positions
+    assert cdiv(np.array([0, 1, 4, 5]), 4).tolist() == [0, 1, 1, 2] and cdiv(9, 4) == 3
+
+
+def test_check_integrity_catches_leaks_and_double_counts():
+    """pages_of + check_integrity account for every page and row once; each broken ledger below is caught."""
+    pool = PagePool(num_pages=16, page_size=4, max_running_reqs=3, max_seq_len=64, device=torch.device("cpu"))
+    a, b = make_req(pool, 9, 0), make_req(pool, 4, 1)
+    a.device_len, b.device_len = 9, 4
+    pool.assign_locations([a, b])
+    pool.check_integrity([a, b], in_step=True)
+    for r in (a, b):
+        r.complete_one()  # between steps the ledger says cached_len: 9 -> 3 pages (a partial one), 4 -> 1 page
+    assert [len(pool.pages_of(r)) for r in (a, b)] == [3, 1]
+    pool.check_integrity([a, b])
+    with pytest.raises(AssertionError, match="page leak"):  # b is forgotten: its page belongs to nobody
+        pool.check_integrity([a])
+    with pytest.raises(AssertionError, match="page leak"):  # at device_len b would hold a page it has not got yet
+        pool.check_integrity([a, b], in_step=True)
+    floor = lambda r, start=None, in_step=False: pool.page_table[r.table_idx, : r.cached_len // 4 * 4: 4] // 4
+    with pytest.MonkeyPatch.context() as m:  # a pages_of that drops the partial last page
+        m.setattr(pool, "pages_of", floor)
+        with pytest.raises(AssertionError, match="page leak"):
+            pool.check_integrity([a, b])
+    before = pool.free_pages
+    pool.free(pool.page_table[b.table_idx, :4])  # b's page handed back while b holds it ...
+    pool.free_pages = pool.free_pages[1:]  # ... and a free page lost: the count alone would pass
+    with pytest.raises(AssertionError, match="counted twice"):
+        pool.check_integrity([a, b])
+    pool.free_pages = before
+    pool.check_integrity([a, b])
+    row = pool.take_row()  # a row nobody holds
+    with pytest.raises(AssertionError, match="row leak"):
+        pool.check_integrity([a, b])
+    pool.check_integrity([a, b], busy_rows=1)  # ... unless the caller says it waits (deferred_rows)
+    pool.release_row(row)
+    pool.check_integrity([a, b], other_locs=pool.page_table[a.table_idx, :0])
 
 
 def test_dummy_page_row_and_kv():
@@ -76,6 +113,7 @@ def test_prefill_and_decode_locations(ps):
         pool.release_row(r.table_idx)
     assert pool.num_free_pages == 64 and sorted(pool.free_rows) == [0, 1, 2, 3]
     assert sorted(pool.free_pages.tolist()) == list(range(64))
+    pool.check_integrity([])
 
 
 def test_out_of_pages_raises_and_changes_nothing():
@@ -148,4 +186,7 @@ def test_allocator_never_double_allocates_or_leaks(ps, num_pages, ops):
         in_use = {int(p) for r in reqs for p in (pool.page_table[r.table_idx, : r.device_len] // ps).tolist()}
         assert not in_use & set(held_raw)
         check_rows(pool, reqs, other_pages=len(held_raw))
+        raw_locs = torch.cat([(t[:, None] * ps + torch.arange(ps)).flatten() for t in raw]
+                             + [torch.zeros(0, dtype=torch.int64)])
+        pool.check_integrity(reqs, other_locs=raw_locs, in_step=True)  # assigned through device_len
         assert len(pool.free_rows) + len(reqs) == 4

@@ -1,8 +1,10 @@
-"""The reference backend's two paths agree: a decode step as one padded batch == one request at a time."""
+"""Chapter 7 on the CPU: kernel_args() follows the ledger, and the reference backend that reads it is right:
+a decode step as one padded batch == one request at a time; an extend over a cached prefix == one prefill."""
 from __future__ import annotations
 
 import torch
 
+from minisgl_edu.attention.metadata import kernel_args
 from minisgl_edu.attention.reference import ReferenceBackend
 from minisgl_edu.paging import KVCache, PagePool
 from minisgl_edu.req import Batch, Req, SamplingParams
@@ -43,3 +45,53 @@ def test_padded_decode_equals_per_request_attention():
         kk, vv = kv.k[0][locs].repeat_interleave(2, 1), kv.v[0][locs].repeat_interleave(2, 1)
         w = torch.softmax(torch.einsum("hd,thd->ht", q[-1], kk) / d ** 0.5, dim=-1)
         torch.testing.assert_close(got[-1], torch.einsum("ht,thd->hd", w, vv), rtol=1e-5, atol=1e-6)
+
+
+def test_kernel_args_follow_the_ledger():
+    """Chapter 7's table: A fresh (0 -> 5), B extends a 4-token prefix (4 -> 9), C fresh (0 -> 2)."""
+    pool = PagePool(64, 2, 4, 32, torch.device("cpu"))
+    a, b, c = (Req(i, [0] * n, SamplingParams(max_tokens=4)) for i, n in enumerate((5, 9, 2)))
+    for r in (a, b, c):
+        r.table_idx = pool.take_row()
+    b.device_len = 4
+    first = pool.assign_locations([b])
+    b.cached_len, b.device_len, a.device_len, c.device_len = 4, 9, 5, 2
+    out_loc = pool.assign_locations([a, b, c])
+    args = kernel_args([a, b, c], pool)
+    assert args.cu_seqlens_q.tolist() == [0, 5, 10, 12] and args.cu_seqlens_k.tolist() == [0, 5, 14, 16]
+    assert args.seq_lens_k.tolist() == [5, 9, 2] and args.num_padding == 0
+    want = torch.cat([pool.page_table[r.table_idx, : r.device_len] for r in (a, b, c)])
+    assert torch.equal(args.kv_indices, want) and args.kv_indices.dtype == torch.int32
+    assert args.kv_indices[5:9].tolist() == first.tolist() and args.kv_indices[9:14].tolist() == out_loc[5:10].tolist()
+    for t in (args.cu_seqlens_q, args.cu_seqlens_k, args.seq_lens_k, args.last_page_len):
+        assert t.dtype == torch.int32
+    padded = kernel_args([a, b, c], pool, padded_size=8)  # five padding lanes: one key each, in the dummy page
+    assert padded.num_padding == 5 and padded.cu_seqlens_k.tolist()[-6:] == [16, 17, 18, 19, 20, 21]
+    assert set((padded.kv_indices[16:] // 2).tolist()) == {pool.num_pages}
+
+
+def test_extend_over_a_cached_prefix_equals_one_prefill():
+    """The causal offset read from KernelArgs: a prompt computed in two steps (prefix, then the rest)
+    gives the rest the same attention output as one prefill of the whole prompt."""
+    torch.manual_seed(1)
+    q_heads, kv_heads, d, n, cut = 4, 2, 8, 11, 6
+    q, k, v = torch.randn(n, q_heads, d), torch.randn(n, kv_heads, d), torch.randn(n, kv_heads, d)
+    outs = []
+    for steps in ([(0, n)], [(0, cut), (cut, n)]):
+        kv = KVCache(1, 16, 4, kv_heads, d, torch.float32, torch.device("cpu"))
+        pool = PagePool(16, 4, 2, 32, torch.device("cpu"))
+        backend, r = ReferenceBackend(kv, pool), Req(0, [0] * n, SamplingParams(max_tokens=4))
+        r.table_idx = pool.take_row()
+        for s, e in steps:
+            r.cached_len, r.device_len = s, e
+            batch = Batch([r], "prefill")
+            batch.out_loc = pool.assign_locations([r])
+            backend.prepare(batch)
+            o = backend.forward(q[s:e], k[s:e], v[s:e], 0, batch)
+        outs.append(o)
+    torch.testing.assert_close(outs[1], outs[0][cut:], rtol=1e-5, atol=1e-6)
+    # the bug it rules out: queries aligned to the start of the keys (offset 0, query j sees keys 0..j)
+    start_aligned = torch.arange(n)[None, :] <= torch.arange(n - cut)[:, None]
+    wrong = torch.nn.functional.scaled_dot_product_attention(
+        q[cut:].transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), attn_mask=start_aligned, enable_gqa=True)
+    assert not torch.allclose(wrong.transpose(0, 1), outs[1], atol=1e-3)

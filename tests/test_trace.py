@@ -91,3 +91,30 @@ def test_serve_trace_and_hop_log(tmp_path, model_path):
     assert names.count("forward") == 3 and names.count("schedule") >= 3 and "receive" in names  # 1 prefill + 2 decodes
     with open(hops) as f:
         assert {json.loads(line)["proc"] for line in f} >= {"api", "scheduler-rank0", "detokenizer"}
+
+
+def test_one_timeline_for_the_tracer_and_the_benchmarks(tmp_path):
+    """Tracing is a hook on one scheduler object (the class stays untraced), and Engine.timeline is the one
+    record of step times: bench.timeline_stats and aligned_timeline read the same entries the tracer does."""
+    from minisgl_edu.bench import aligned_timeline, timeline_stats
+    from minisgl_edu.scheduler import Scheduler
+    from minisgl_edu.trace import Timeline
+    llm = tiny_llm(tiny_model_dir(str(tmp_path)), trace=str(tmp_path / "steps.json"), overlap=False)
+    sched = llm.scheduler
+    assert type(sched) is Scheduler and {"schedule", "launch", "process"} <= set(vars(sched))  # the instance's own
+    llm.engine.timeline = tl = Timeline(llm.engine.device)
+    llm.generate(PROMPTS, SamplingParams(max_tokens=3, ignore_eos=True), use_tqdm=False)
+    steps = tl.steps()
+    assert len(steps) == len(sched.stats) > 1
+    for t in steps:  # on the CPU the forward runs on the host: its device times are its CPU times
+        assert t.cpu_start <= t.cpu_end and (t.device_start, t.device_end) == (t.cpu_start, t.cpu_end)
+    for a, b in zip(steps, steps[1:]):
+        assert a.cpu_end <= b.cpu_start
+    rel = aligned_timeline(tl, 1)
+    assert rel[0].cpu_start == 0 and len(rel) == len(steps) - 1
+    assert rel[-1].cpu_end == pytest.approx(steps[-1].cpu_end - steps[1].cpu_start)
+    st = timeline_stats(tl, 1)
+    assert st.steps == len(steps) - 1 and len(st.gap_ms) == st.steps - 1 and 0 <= st.idle_share < 1
+    with open(llm.tracer.save()) as f:
+        fwd = sorted((e for e in json.load(f)["traceEvents"] if e["name"] == "forward"), key=lambda e: e["args"]["step"])
+    assert [e["dur"] for e in fwd] == pytest.approx([(t.cpu_end - t.cpu_start) * 1e6 for t in steps], abs=0.01)

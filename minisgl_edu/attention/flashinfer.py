@@ -1,73 +1,22 @@
-"""Chapter 7 — From the ledger to kernel arguments: what exactly does the attention kernel read?
+"""Chapter 7 — The FlashInfer backend: FlashInfer's paged prefill and decode kernels on the same indices.
 
-The scheduler speaks in ledgers (`cached_len`, `device_len`, a page-table row per request); a
-FlashInfer kernel speaks in flat arrays. `kernel_args()` is the translation, done once per step:
-
-    cu_seqlens_q[i+1] - cu_seqlens_q[i] = extend_len of request i   (its rows in the batch of new tokens)
-    cu_seqlens_k[i+1] - cu_seqlens_k[i] = device_len of request i   (how many keys it attends to)
-    kv_indices[cu_seqlens_k[i] + p]     = page_table[table_idx_i, p] (the slot holding position p)
-
-Because the page table stores a raw slot per position (chapter 4), the kernel is told that every
-page holds one token (`page_size=1`), whatever page size the allocator uses. Positions and
-`out_loc` come from `Engine.prepare` and `PagePool.assign_locations`.
-
-A CUDA-graph decode batch is *padded* to a captured size: each padding lane is a request of one
-token in the dummy row, whose table entries point only at the dummy page, so a padding lane writes
-and reads nothing but the dummy page.
-
-`FlashInferBackend` plans one wrapper per step (the prefill wrapper for prefill/extend, the decode
-wrapper or a graph's own decode wrapper for decode) and runs it in every layer over a page_size-1
-view of the same KV pool the reference backend uses.
+`prepare()` (attention/base.py) builds the step's `KernelArgs` (attention/metadata.py); `plan()`
+plans one wrapper with them (the prefill wrapper for prefill/extend, the decode wrapper or a CUDA
+graph's own decode wrapper for decode), which every layer then runs over a page_size-1 view of the
+same KV pool the reference backend uses.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
-from ..paging import PagePool, to_device
-from ..req import Batch, Req
+from ..req import Batch
 from .base import AttentionBackend
+from .metadata import KernelArgs
 
 CUDA_CORE_GROUP_SIZES = (1, 2, 3, 4, 8)  # GQA group sizes FlashInfer's CUDA-core decode kernel is built for
-
-
-@dataclass
-class KernelArgs:
-    """Everything the kernel reads about a batch, built from the ledger (one per step)."""
-    cu_seqlens_q: torch.Tensor  # [B+1] int32, host: prefix sums of extend_len
-    cu_seqlens_k: torch.Tensor  # [B+1] int32, host: prefix sums of device_len (the KV indptr)
-    seq_lens_k: torch.Tensor  # [B] int32, host: device_len per request
-    kv_indices: torch.Tensor  # [cu_seqlens_k[-1]] int32, device: slot of every (request, position)
-    last_page_len: torch.Tensor  # [B] int32, host: all ones, every "page" holds one token
-    num_padding: int  # lanes added to reach a captured CUDA-graph size (dummy requests)
-
-
-def _host(a: np.ndarray, device: torch.device) -> torch.Tensor:
-    """A host int32 tensor, pinned when a GPU will read it (planning copies it without a sync)."""
-    t = torch.from_numpy(np.ascontiguousarray(a, dtype=np.int32))
-    return t.pin_memory() if device.type == "cuda" else t
-
-
-def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0) -> KernelArgs:
-    """Translate the ledgers of `reqs` (plus padding lanes up to `padded_size`) into kernel arguments."""
-    dev = pool.device
-    pads = max(0, padded_size - len(reqs))
-    rows = np.array([r.table_idx for r in reqs] + [pool.dummy_row] * pads, np.int64)
-    ext = np.array([r.extend_len for r in reqs] + [1] * pads, np.int64)  # a padding lane: one query token
-    kv_len = np.array([r.device_len for r in reqs] + [1] * pads, np.int64)  # ... attending to one key
-    cu_q = np.concatenate([[0], np.cumsum(ext)])
-    cu_k = np.concatenate([[0], np.cumsum(kv_len)])
-    total = int(cu_k[-1])
-    # gather the slots on the device from B-sized inputs (not a copy of every index from the host)
-    lens_t, rows_t, starts_t = to_device(kv_len, dev), to_device(rows, dev), to_device(cu_k[:-1], dev)
-    row_of = torch.repeat_interleave(rows_t, lens_t, output_size=total)
-    pos = torch.arange(total, device=dev) - torch.repeat_interleave(starts_t, lens_t, output_size=total)
-    kv_indices = pool.page_table[row_of, pos]
-    return KernelArgs(_host(cu_q, dev), _host(cu_k, dev), _host(kv_len, dev), kv_indices,
-                      _host(np.ones(len(rows)), dev), pads)
 
 
 @dataclass
@@ -108,8 +57,7 @@ class FlashInferBackend(AttentionBackend):
         """A decode wrapper with fixed buffers for a graph of batch size `bs` (planned before each replay)."""
         self.graph_wrappers[bs] = self._decode_wrapper(bs, indices_buf)
 
-    def prepare(self, batch: Batch) -> None:
-        args = kernel_args(batch.reqs, self.pool, batch.padded_size)
+    def plan(self, batch: Batch, args: KernelArgs) -> FIMetadata:
         common = dict(num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=1,
                       q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True)
         if batch.is_prefill:
@@ -121,7 +69,7 @@ class FlashInferBackend(AttentionBackend):
             w.plan(args.cu_seqlens_k, args.kv_indices, args.last_page_len, head_dim=self.head_dim,
                    seq_lens=args.seq_lens_k, **common)
         out_loc = batch.out_loc if batch.out_loc.dtype == torch.int64 else batch.out_loc.long()
-        batch.attn_metadata = FIMetadata(w, args, out_loc)
+        return FIMetadata(w, args, out_loc)
 
     def forward(self, q, k, v, layer, batch):
         md: FIMetadata = batch.attn_metadata

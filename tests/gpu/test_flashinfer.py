@@ -41,6 +41,10 @@ def test_flashinfer_matches_reference(q_heads, kv_heads, head_dim, page_size):
         md_fi = batch.attn_metadata
         ref.prepare(batch)
         md_ref = batch.attn_metadata
+        for md in (md_fi, md_ref):  # both read kernel_args(): indices on the GPU, the planner's arrays pinned on the host
+            assert md.args.kv_indices.is_cuda and md.args.kv_indices.dtype == torch.int32
+            for t in (md.args.cu_seqlens_q, md.args.cu_seqlens_k, md.args.seq_lens_k, md.args.last_page_len):
+                assert t.device.type == "cpu" and t.is_pinned() and t.dtype == torch.int32
         for layer in range(LAYERS):
             q = torch.randn(n, q_heads, head_dim, device=dev).bfloat16()
             k = torch.randn(n, kv_heads, head_dim, device=dev).bfloat16()
@@ -54,7 +58,7 @@ def test_flashinfer_matches_reference(q_heads, kv_heads, head_dim, page_size):
                    page_size=page_size, layer=layer, rel_err=err)
             assert err < TOL, (name, layer, err)
             for i, r in enumerate(reqs):  # per request too: one broken request cannot hide in the norm
-                s, e = md_ref.q_slices[i]
+                s, e = md_ref.spans[i][:2]  # its query rows, from cu_seqlens_q
                 assert rel_err(out[s:e], want[s:e]) < TOL, (name, layer, i)
 
     lens = [1, 7, 33, 130, 300, 517]

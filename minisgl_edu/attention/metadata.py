@@ -1,0 +1,58 @@
+"""Chapter 7 — From the ledger to kernel arguments: what exactly does the attention kernel read?
+
+The scheduler speaks in ledgers (`cached_len`, `device_len`, a page-table row per request); an
+attention kernel speaks in flat arrays. `kernel_args()` is the translation, done once per step and
+read by both backends (the reference one on the CPU, FlashInfer on the GPU):
+
+    cu_seqlens_q[i+1] - cu_seqlens_q[i] = extend_len of request i   (its rows in the batch of new tokens)
+    cu_seqlens_k[i+1] - cu_seqlens_k[i] = device_len of request i   (how many keys it attends to)
+    kv_indices[cu_seqlens_k[i] + p]     = page_table[table_idx_i, p] (the slot holding position p)
+
+Query j of request i sits at position device_len - extend_len + j: the attention is causal with
+the queries aligned to the *end* of the keys. Because the page table stores a raw slot per
+position (chapter 4), the kernel is told that every page holds one token (`page_size=1`),
+whatever page size the allocator uses. Positions and `out_loc` come from `Engine.prepare` and
+`PagePool.assign_locations`.
+
+A CUDA-graph decode batch is *padded* to a captured size: each padding lane is a request of one
+token in the dummy row, whose table entries point only at the dummy page, so a padding lane writes
+and reads nothing but the dummy page.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..paging import PagePool, ragged_arange, to_device
+from ..req import Req
+
+
+@dataclass
+class KernelArgs:
+    """Everything the kernel reads about a batch, built from the ledger (one per step)."""
+    cu_seqlens_q: torch.Tensor  # [B+1] int32, host: prefix sums of extend_len
+    cu_seqlens_k: torch.Tensor  # [B+1] int32, host: prefix sums of device_len (the KV indptr)
+    seq_lens_k: torch.Tensor  # [B] int32, host: device_len per request
+    kv_indices: torch.Tensor  # [cu_seqlens_k[-1]] int32, device: slot of every (request, position)
+    last_page_len: torch.Tensor  # [B] int32, host: all ones, every "page" holds one token
+    num_padding: int  # lanes added to reach a captured CUDA-graph size (dummy requests)
+
+
+def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0) -> KernelArgs:
+    """Translate the ledgers of `reqs` (plus padding lanes up to `padded_size`) into kernel arguments."""
+    dev = pool.device
+    pads = max(0, padded_size - len(reqs))
+    rows = np.array([r.table_idx for r in reqs] + [pool.dummy_row] * pads, np.int64)
+    ext = np.array([r.extend_len for r in reqs] + [1] * pads, np.int64)  # a padding lane: one query token
+    kv_len = np.array([r.device_len for r in reqs] + [1] * pads, np.int64)  # ... attending to one key
+    cu_q = np.concatenate([[0], np.cumsum(ext)])
+    cu_k = np.concatenate([[0], np.cumsum(kv_len)])
+    total = int(cu_k[-1])
+    # gather the slots on the device from B-sized inputs (not a copy of every index from the host)
+    lens_t, rows_t = to_device(kv_len, dev), to_device(rows, dev)
+    row_of = torch.repeat_interleave(rows_t, lens_t, output_size=total)
+    kv_indices = pool.page_table[row_of, ragged_arange(lens_t, total=total)]
+    host = lambda a: to_device(a.astype(np.int32), dev, host=True)  # the planner reads these on the host
+    return KernelArgs(host(cu_q), host(cu_k), host(kv_len), kv_indices, host(np.ones(len(rows))), pads)
