@@ -98,3 +98,28 @@ def test_notebook_follows_the_course_rules(stem):
     assert sum("assert " in c.source for c in code[-2 * len(exercises):]) >= len(exercises), "each exercise has a check"
     assert all(c.outputs or not c.source.strip() or c.execution_count for c in code), "commit it executed"
     assert path.stat().st_size < 200_000, "keep stored outputs small"
+
+
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+
+
+def test_chapter_links_resolve_in_the_repository_file_view():
+    """A chapter's relative links name files as the repository host's file view sees them (relative to the
+    page, e.g. ../notebooks/04_pages.ipynb, ../minisgl_edu/paging.py); docs_hooks.py maps them to site pages."""
+    checked = 0
+    for page in sorted(CHAPTERS.glob("*.md")):
+        text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)  # links inside code are not links
+        for target in LINK.findall(text):
+            if re.match(r"[a-z]+:", target) or target.startswith("#"):
+                continue
+            path = (page.parent / target.split("#")[0]).resolve()
+            assert path.exists(), f"{page.name}: link {target} points at nothing in the repository"
+            checked += 1
+    assert checked >= 50
+
+
+def test_site_links_point_at_pages(site):
+    """On the site the same links lead to the notebook's page and the module's API page."""
+    html = (site / "04-pages" / "index.html").read_text()
+    assert 'href="../notebooks/04_pages/"' in html and 'href="../api/paging/"' in html
+    assert "../minisgl_edu/" not in html and ".ipynb\"" not in html
