@@ -62,9 +62,11 @@ DIAGRAMS_JS = """(() => {
   const svgs = [...art.querySelectorAll('div.diagram svg')].filter(s =>
       s.querySelectorAll('rect, path, line, polygon, circle').length >= 3
       && s.textContent.trim().length > 10 && s.getBoundingClientRect().height > 20);
+  const errors = [...art.querySelectorAll('div.diagram svg')].filter(s =>
+      s.getAttribute('aria-roledescription') === 'error' || /Syntax error/.test(s.textContent)).length;
   const imgs = [...art.querySelectorAll('img')].filter(i =>
       i.src.startsWith(location.origin) && i.complete && i.naturalWidth > 0);
-  return {pending, svgs: svgs.length, imgs: imgs.length};
+  return {pending, errors, svgs: svgs.length, imgs: imgs.length};
 })()"""
 
 # Material's header fetches the star count of `repo_url` from GitHub; offline (as in CI) it simply is not shown
@@ -229,6 +231,7 @@ def test_page_renders_in_chromium(browser, served_site, page, tmp_path_factory):
                 break
             browser.drain(0.3)
         assert found["pending"] == 0, f"{url}: {found['pending']} diagram(s) not rendered"
+        assert found["errors"] == 0, f"{url}: mermaid drew {found['errors']} syntax error(s)"
         assert found["svgs"] + found["imgs"] >= 1, f"{url}: no rendered diagram or local image in the article"
     offsite = browser.call("Runtime.evaluate", session=True, returnByValue=True, expression=(
         "performance.getEntriesByType('resource').map(e => e.name)"
