@@ -123,3 +123,17 @@ def test_site_links_point_at_pages(site):
     html = (site / "04-pages" / "index.html").read_text()
     assert 'href="../notebooks/04_pages/"' in html and 'href="../api/paging/"' in html
     assert "../minisgl_edu/" not in html and ".ipynb\"" not in html
+
+
+def test_chapter_figures_match_the_notebooks():
+    """The notebook plots a chapter embeds are the committed notebooks' own outputs, byte for byte:
+    after re-running a notebook, `python3 scripts/draw_diagrams.py` copies them again."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("draw_diagrams", ROOT / "scripts" / "draw_diagrams.py")
+    draw = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(draw)
+    assert not draw.extract_notebook_figures(check=True), "run python3 scripts/draw_diagrams.py"
+    for page in sorted(CHAPTERS.glob("[0-9][0-9]-*.md")):
+        if page.name >= "01" and page.name < "10":
+            text = page.read_text()
+            assert "```mermaid" in text or "](assets/figures/" in text, f"{page.name} has no diagram"
