@@ -25,12 +25,14 @@ REPO_LINK = re.compile(r"\]\((?P<up>(?:\.\./)+)(?P<path>(?:notebooks/[^)#\s]+\.i
                        r"(?P<frag>#[^)\s]*)?\)")
 
 
+API_PAGE_OF = {"serve": "server", "bench": "graphs"}  # modules documented on another module's page
+
+
 def api_page(module_path: str) -> str:
     """minisgl_edu/attention/flashinfer.py -> api/attention.md: the API page of the top-level module."""
     parts = module_path.removeprefix("minisgl_edu/").rstrip("/").split("/")
     name = parts[0].removesuffix(".py")
-    if name == "serve":  # the entry point is documented with the server package
-        name = "server"
+    name = API_PAGE_OF.get(name, name)
     return f"api/{name}.md"
 
 
