@@ -137,3 +137,21 @@ def test_chapter_figures_match_the_notebooks():
         if page.name >= "01" and page.name < "10":
             text = page.read_text()
             assert "```mermaid" in text or "](assets/figures/" in text, f"{page.name} has no diagram"
+
+
+def test_docs_hook_rewrites_repository_links_and_refuses_unknown_modules():
+    import sys
+    from types import SimpleNamespace
+    sys.path.insert(0, str(ROOT))
+    import docs_hooks
+    cfg = {"docs_dir": str(CHAPTERS)}
+    page = SimpleNamespace(file=SimpleNamespace(src_uri="04-pages.md"))
+    md = ("[nb](../notebooks/04_pages.ipynb) [m](../minisgl_edu/paging.py#L1) [p](../minisgl_edu/server/) "
+          "[s](../minisgl_edu/serve.py) [c](02-req-and-batch.md) [x](../../minisgl_edu/paging.py)")
+    out = docs_hooks.on_page_markdown(md, page, cfg, None)
+    assert out == ("[nb](notebooks/04_pages.ipynb) [m](api/paging.md#L1) [p](api/server.md) "
+                   "[s](api/server.md) [c](02-req-and-batch.md) [x](../../minisgl_edu/paging.py)")
+    api_page = SimpleNamespace(file=SimpleNamespace(src_uri="api/paging.md"))
+    assert docs_hooks.on_page_markdown("[m](../../minisgl_edu/radix.py)", api_page, cfg, None) == "[m](../api/radix.md)"
+    with pytest.raises(ValueError, match="no API page"):
+        docs_hooks.on_page_markdown("[m](../minisgl_edu/no_such_module.py)", page, cfg, None)
