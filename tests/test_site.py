@@ -155,3 +155,21 @@ def test_docs_hook_rewrites_repository_links_and_refuses_unknown_modules():
     assert docs_hooks.on_page_markdown("[m](../../minisgl_edu/radix.py)", api_page, cfg, None) == "[m](../api/radix.md)"
     with pytest.raises(ValueError, match="no API page"):
         docs_hooks.on_page_markdown("[m](../minisgl_edu/no_such_module.py)", page, cfg, None)
+
+
+def test_notebook_00_imports_the_library_and_links_every_chapter_it_introduces():
+    """Chapter 0's notebook: header() first, the library's classes imported (none defined), committed
+    outputs, and the chapter page links each section to the chapter that builds it."""
+    import nbformat
+    nb = nbformat.read(ROOT / "notebooks" / "00_before_you_start.ipynb", as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "header()" in code[0].source and code[0].outputs
+    assert not [c for c in code if re.search(r"^\s*class\s", c.source, re.M)]
+    assert all(c.outputs for c in code), "commit it executed"
+    src = "\n".join(c.source for c in code)
+    for obj in ("LLM(", "PagePool(", "RadixCache(", "shard_range(", "kv_bytes_per_token("):
+        assert obj in src, f"notebook 00 should show {obj[:-1]} at work"
+    page = (CHAPTERS / "00-before-you-start.md").read_text()
+    for chapter in ("02-req-and-batch", "03-prefill-budget", "04-pages", "05-radix-cache", "06-overlap",
+                    "07-kernels-and-graphs", "08-tp"):
+        assert f"]({chapter}.md)" in page, f"chapter 0 never links {chapter}"
