@@ -1,6 +1,8 @@
-"""The documentation site in a real browser: the built site is served on 127.0.0.1 and four kinds of page
-(home, a chapter, a notebook, an API page) are opened in headless Chromium (Debian's `chromium`), which
-must render their key headings and log no console error, failed request or uncaught exception.
+"""The documentation site in a real browser: the built site is served on 127.0.0.1 and every kind of page
+(home, every chapter 0-9, the glossary, a notebook, an API page) is opened in headless Chromium (Debian's
+`chromium`), which must render its key headings and log no console error, failed request, uncaught exception
+or request leaving the machine. Every chapter page must show a rendered diagram: an SVG that mermaid (served
+by the site itself) drew into the article, or an image from the site.
 
 Chromium is driven through the DevTools protocol over `--remote-debugging-pipe` (JSON messages ended by
 a NUL byte on file descriptors 3 and 4), so no browser download and no websocket library is needed.
@@ -12,6 +14,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -31,11 +34,40 @@ if not CHROMIUM and not os.environ.get("CI"):  # in CI the `browser` fixture fai
 # page -> headings that must render (h1-h3 text as the browser lays it out)
 PAGES = {
     "": ["minisgl-edu: an LLM serving engine", "The chapters", "How to run it"],
-    "03-prefill-budget/": ["3 · The prefill budget", "Five conditions", "Summary"],
+    "00-before-you-start/": ["0 · Before you start", "The KV cache", "Summary"],
+    "01-processes/": ["1 · Processes and boundaries", "Names in Mini-SGLang", "Summary"],
+    "02-req-and-batch/": ["2 · Req and Batch", "Names in Mini-SGLang", "Summary"],
+    "03-prefill-budget/": ["3 · The prefill budget", "Five conditions", "Names in Mini-SGLang", "Summary"],
+    "04-pages/": ["4 · Pages and the page table", "Names in Mini-SGLang", "Summary"],
+    "05-radix-cache/": ["5 · The radix cache", "Names in Mini-SGLang", "Summary"],
+    "06-overlap/": ["6 · Overlap scheduling", "Names in Mini-SGLang", "Summary"],
+    "07-kernels-and-graphs/": ["7 · From the ledger to kernel arguments", "Names in Mini-SGLang", "Summary"],
+    "08-tp/": ["8 · Tensor parallelism", "Names in Mini-SGLang", "Summary"],
+    "09-server/": ["9 · The full server", "Names in Mini-SGLang", "Summary"],
+    "glossary/": ["Glossary"],
+    "reading/": ["Reading list"],
     "notebooks/05_radix_cache/": ["5 · The radix cache", "LRU eviction", "Summary", "Exercises"],
     "api/radix/": ["minisgl_edu.radix", "RadixCache"],
 }
 
+
+# chapter pages (a name starting with a digit) must show a diagram
+CHAPTER = re.compile(r"^\d\d-")
+
+# What counts as a rendered diagram in the article: a mermaid SVG with real shapes and text in it, or an
+# image served by the site that has loaded (naturalWidth > 0).
+DIAGRAMS_JS = """(() => {
+  const art = document.querySelector('article');
+  const pending = art.querySelectorAll('div.diagram-src:not([data-rendered])').length;
+  const svgs = [...art.querySelectorAll('div.diagram svg')].filter(s =>
+      s.querySelectorAll('rect, path, line, polygon, circle').length >= 3
+      && s.textContent.trim().length > 10 && s.getBoundingClientRect().height > 20);
+  const errors = [...art.querySelectorAll('div.diagram svg')].filter(s =>
+      s.getAttribute('aria-roledescription') === 'error' || /Syntax error/.test(s.textContent)).length;
+  const imgs = [...art.querySelectorAll('img')].filter(i =>
+      i.src.startsWith(location.origin) && i.complete && i.naturalWidth > 0);
+  return {pending, errors, svgs: svgs.length, imgs: imgs.length};
+})()"""
 
 # Material's header fetches the star count of `repo_url` from GitHub; offline (as in CI) it simply is not shown
 OPTIONAL_OFFSITE = ("https://api.github.com/repos/",)
@@ -190,6 +222,17 @@ def test_page_renders_in_chromium(browser, served_site, page, tmp_path_factory):
         ".map(h => h.innerText.replace(/[¶#]\\s*$/, '').trim())"))["result"]["value"]
     for want in PAGES[page]:
         assert any(h.startswith(want) for h in headings), f"{url}: no heading {want!r} among {headings}"
+    if CHAPTER.match(page):
+        deadline = time.monotonic() + 15
+        while True:  # mermaid renders after load; a page with several diagrams takes a moment
+            found = browser.call("Runtime.evaluate", session=True, returnByValue=True,
+                                 expression=DIAGRAMS_JS)["result"]["value"]
+            if found["pending"] == 0 or time.monotonic() > deadline:
+                break
+            browser.drain(0.3)
+        assert found["pending"] == 0, f"{url}: {found['pending']} diagram(s) not rendered"
+        assert found["errors"] == 0, f"{url}: mermaid drew {found['errors']} syntax error(s)"
+        assert found["svgs"] + found["imgs"] >= 1, f"{url}: no rendered diagram or local image in the article"
     offsite = browser.call("Runtime.evaluate", session=True, returnByValue=True, expression=(
         "performance.getEntriesByType('resource').map(e => e.name)"
         ".filter(n => !n.startsWith(location.origin))"))["result"]["value"]

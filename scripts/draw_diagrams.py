@@ -1,0 +1,147 @@
+"""Draw the chapters' figures into chapters/assets/figures/ (run from the repository root, on the CPU).
+
+    python3 scripts/draw_diagrams.py            # both kinds below
+    python3 scripts/draw_diagrams.py --check    # exit 1 if a notebook figure differs from its stored output
+
+Two kinds of figure, neither drawn by hand:
+* from the library's real state: a page table and its pool after requests come and go (chapter 4), and a
+  radix tree before and after insert, split, lock and evict (chapter 5), built with PagePool / RadixCache
+  and drawn with the notebook helpers (`minisgl_edu.notebook.plot_pages`, `plot_tree`);
+* from the committed notebooks: the plot a chapter's prose talks about, copied byte for byte out of the
+  stored outputs (found by a phrase of its cell's source, so a moved cell is still found).
+"""
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "chapters" / "assets" / "figures"
+
+# figure name -> (notebook, a phrase of the source of the cell whose first PNG output it is)
+NOTEBOOK_FIGURES = {
+    "04-page-map.png": ("04_pages.ipynb", "big = PagePool(num_pages=64"),
+    "05-tree.png": ("05_radix_cache.ipynb", "plot_tree(cache, decode=tok.decode)"),
+    "06-timelines.png": ("06_overlap.ipynb", "def steps_ms(timeline, stats"),
+    "06-trace.png": ("06_overlap.ipynb", "def decode_spans(obj"),
+    "07-graph-speedup.png": ("07_kernels_and_graphs.ipynb", "bs_, eager_, graph_ = zip(*rows)"),
+}
+
+
+def notebook_png(notebook: str, phrase: str) -> bytes:
+    nb = json.loads((ROOT / "notebooks" / notebook).read_text())
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "code" and phrase in "".join(cell["source"]):
+            for out in cell.get("outputs", []):
+                if "image/png" in out.get("data", {}):
+                    return base64.b64decode(out["data"]["image/png"])
+            raise ValueError(f"{notebook}: the cell with {phrase!r} has no stored PNG output")
+    raise ValueError(f"{notebook}: no cell contains {phrase!r}")
+
+
+def extract_notebook_figures(check: bool = False) -> list[str]:
+    stale = []
+    for name, (notebook, phrase) in NOTEBOOK_FIGURES.items():
+        png, path = notebook_png(notebook, phrase), OUT / name
+        if check:
+            if not path.is_file() or path.read_bytes() != png:
+                stale.append(name)
+        else:
+            path.write_bytes(png)
+    return stale
+
+
+def draw_page_table(path: Path) -> None:
+    """Chapter 4: five requests in a 64-page pool of page size 4; two finish; one row drawn slot by slot."""
+    import matplotlib.pyplot as plt
+
+    from minisgl_edu.notebook import plot_pages
+    from minisgl_edu.paging import PagePool
+    from minisgl_edu.req import Req, SamplingParams
+
+    pool = PagePool(num_pages=64, page_size=4, max_running_reqs=8, max_seq_len=64, device="cpu")
+    reqs = [Req(uid, list(range(n)), SamplingParams(max_tokens=4)) for uid, n in enumerate((9, 30, 4, 17, 41))]
+    for r in reqs:
+        r.table_idx, r.device_len = pool.take_row(), r.prompt_len
+    pool.assign_locations(reqs)
+    for r in reqs:
+        r.complete_one()
+    fig, axes = plt.subplots(3, 1, figsize=(10.5, 4.6), gridspec_kw={"height_ratios": [1, 1, 1.1]})
+    plot_pages(pool, reqs, ax=axes[0], title=f"five requests admitted: {pool.num_free_pages} of 64 pages free")
+    for r in (reqs[1], reqs[3]):  # requests 1 and 3 finish: their pages go back to the free list
+        pool.free_tail(r, 0)
+        pool.release_row(r.table_idx)
+    live = [reqs[0], reqs[2], reqs[4]]
+    plot_pages(pool, live, ax=axes[1], title=f"requests 1 and 3 finished: {pool.num_free_pages} pages free, in any order")
+    r = reqs[0]
+    row = pool.page_table[r.table_idx, :r.cached_len].tolist()
+    ax = axes[2]
+    for pos, loc in enumerate(row):
+        ax.add_patch(plt.Rectangle((pos, 0), 0.95, 0.95, facecolor=plt.get_cmap("tab10")(r.uid), alpha=0.35))
+        ax.text(pos + 0.47, 0.62, str(loc), ha="center", va="center", fontsize=9)
+        ax.text(pos + 0.47, 0.22, f"p{loc // pool.page_size}", ha="center", va="center", fontsize=7, color="#333333")
+        ax.text(pos + 0.47, -0.3, str(pos), ha="center", va="center", fontsize=7, color="#777777")
+    ax.set_xlim(-2.2, 33)
+    ax.set_ylim(-0.6, 1.2)
+    ax.axis("off")
+    ax.text(-0.2, 0.45, "slot\npage", ha="right", va="center", fontsize=7)
+    ax.text(-0.2, -0.3, "pos", ha="right", va="center", fontsize=7, color="#777777")
+    ax.set_title(f"request 0's page-table row {r.table_idx}: one slot per position "
+                 f"(slot = page * 4 + pos % 4); only its first {r.cached_len} entries are valid", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def draw_radix_tree(path: Path) -> None:
+    """Chapter 5: a radix tree over token ids, before and after an insert that splits, a lock, an eviction."""
+    import matplotlib.pyplot as plt
+    import torch
+
+    from minisgl_edu.notebook import plot_tree
+    from minisgl_edu.radix import RadixCache
+
+    words = {1: "You", 2: " are", 3: " a", 4: " helpful", 5: " assistant.", 6: " Say", 7: " hello.",
+             8: " goodbye.", 9: " pirate."}
+    decode = lambda ids: "".join(words[i] for i in ids)  # a toy vocabulary: one word per token id
+    cache, slot = RadixCache(page_size=1), iter(range(1000))
+    insert = lambda ids: cache.insert_prefix(ids, torch.tensor([next(slot) for _ in ids]))
+    fig, axes = plt.subplots(1, 4, figsize=(15, 3.4))
+    insert([1, 2, 3, 4, 5, 6, 7])
+    plot_tree(cache, decode, ax=axes[0], title="1. insert 'You are a helpful assistant. Say hello.'")
+    insert([1, 2, 3, 4, 5, 6, 8])
+    plot_tree(cache, decode, ax=axes[1], title="2. insert '... Say goodbye.': the edge splits")
+    insert([1, 2, 3, 9, 6, 7])
+    node, _ = cache.match_prefix([1, 2, 3, 4, 5, 6, 7])
+    cache.lock(node)
+    plot_tree(cache, decode, ax=axes[2], title="3. insert 'You are a pirate. ...'; lock '... hello.'")
+    freed = cache.evict(100)
+    plot_tree(cache, decode, ax=axes[3], title=f"4. evict(100): {len(freed)} unlocked tokens freed")
+    for ax in axes:
+        ax.title.set_fontsize(8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str]) -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    if "--check" in argv:
+        stale = extract_notebook_figures(check=True)
+        for name in stale:
+            print(f"{name} differs from its notebook's stored output: run python3 scripts/draw_diagrams.py")
+        return 1 if stale else 0
+    import matplotlib
+    matplotlib.use("Agg")
+    extract_notebook_figures()
+    draw_page_table(OUT / "04-page-table.png")
+    draw_radix_tree(OUT / "05-insert-split-evict.png")
+    print("wrote", ", ".join(sorted(p.name for p in OUT.glob("*.png"))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main(sys.argv[1:]))
