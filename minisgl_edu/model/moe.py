@@ -85,10 +85,12 @@ def experts_reference(x: torch.Tensor, routing: Routing, gate_up: torch.Tensor, 
     return out
 
 
-def experts_grouped(x: torch.Tensor, routing: Routing, gate_up: torch.Tensor, down: torch.Tensor) -> torch.Tensor:
-    """The fast path: tokens grouped by expert, two grouped GEMMs for the whole layer."""
+def experts_grouped(x: torch.Tensor, routing: Routing, gate_up: torch.Tensor, down: torch.Tensor,
+                    group=group_by_expert) -> torch.Tensor:
+    """The fast path: tokens grouped by expert (`group`: notebook 10 plugs its own in), two grouped
+    GEMMs for the whole layer."""
     tokens, k = routing.experts.shape
-    g = group_by_expert(routing.experts, gate_up.shape[0])
+    g = group(routing.experts, gate_up.shape[0])
     h = silu_and_mul(grouped_mm(x[g.token], gate_up, g.ends))  # [tokens * k, I]
     y = grouped_mm(h, down, g.ends) * routing.weights.reshape(-1)[g.order, None]
     per_pair = torch.empty_like(y)
@@ -99,13 +101,19 @@ def experts_grouped(x: torch.Tensor, routing: Routing, gate_up: torch.Tensor, do
 def grouped_mm(rows: torch.Tensor, weight: torch.Tensor, ends: torch.Tensor) -> torch.Tensor:
     """rows[ends[e-1]:ends[e]] @ weight[e]^T for every expert e, in one kernel when torch has one."""
     gmm = getattr(F, "grouped_mm", None) or getattr(torch, "_grouped_mm", None)
-    if gmm is not None and rows.shape[0] > 0:
-        return gmm(rows.contiguous(), weight.transpose(1, 2), offs=ends)
+    rows, w = rows.contiguous(), weight.transpose(1, 2)
+    if gmm is not None and rows.shape[0] > 0 and _aligned(rows) and _aligned(w):
+        return gmm(rows, w, offs=ends)
     out, start = rows.new_empty(rows.shape[0], weight.shape[1]), 0  # fallback: one matmul per expert (syncs)
     for e, end in enumerate(ends.tolist()):
         out[start:end] = rows[start:end] @ weight[e].T
         start = end
     return out
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    """The grouped kernel reads 16-byte aligned rows: every stride but the unit one a multiple of 16 bytes."""
+    return t.data_ptr() % 16 == 0 and all(s * t.element_size() % 16 == 0 for s in t.stride() if s != 1)
 
 
 def moe_impl(x: torch.Tensor) -> str:
