@@ -232,6 +232,10 @@ class MoeBytes:
     num_experts: int
     top_k: int
 
+    @property
+    def total(self) -> int:
+        return self.dense + self.sparse_layers * self.num_experts * self.per_expert
+
     def step_bytes(self, batch_size: int) -> float:
         """Expected weight bytes read by a decode step of `batch_size` tokens (uniform routing)."""
         e = expected_experts_read(batch_size, self.num_experts, self.top_k)
