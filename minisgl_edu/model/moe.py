@@ -86,11 +86,11 @@ def experts_reference(x: torch.Tensor, routing: Routing, gate_up: torch.Tensor, 
 
 
 def experts_grouped(x: torch.Tensor, routing: Routing, gate_up: torch.Tensor, down: torch.Tensor,
-                    group=group_by_expert) -> torch.Tensor:
-    """The fast path: tokens grouped by expert (`group`: notebook 10 plugs its own in), two grouped
-    GEMMs for the whole layer."""
+                    group=None) -> torch.Tensor:
+    """The fast path: tokens grouped by expert (by `group`, default `group_by_expert`, looked up at
+    call time so notebook 10 can plug its own in), two grouped GEMMs for the whole layer."""
     tokens, k = routing.experts.shape
-    g = group(routing.experts, gate_up.shape[0])
+    g = (group or group_by_expert)(routing.experts, gate_up.shape[0])
     h = silu_and_mul(grouped_mm(x[g.token], gate_up, g.ends))  # [tokens * k, I]
     y = grouped_mm(h, down, g.ends) * routing.weights.reshape(-1)[g.order, None]
     per_pair = torch.empty_like(y)
@@ -240,6 +240,25 @@ class MoeBytes:
         """Expected weight bytes read by a decode step of `batch_size` tokens (uniform routing)."""
         e = expected_experts_read(batch_size, self.num_experts, self.top_k)
         return self.dense + self.sparse_layers * e * self.per_expert
+
+
+def moe_bytes_from_config(cfg, bytes_per_param: int = 2, tp: int = 1) -> MoeBytes:
+    """The same split from a config alone (no model built): one rank's bytes at tensor parallel size tp."""
+    h, d, e = cfg.hidden_size, getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads, cfg.num_experts
+    kv_rows = max(1, cfg.num_key_value_heads // tp) * d * 2  # K and V rows this rank keeps
+    attn = h * (cfg.num_attention_heads // tp * d) * 2 + h * kv_rows + 2 * d + 2 * h  # q, o; k, v; q/k norms; 2 norms
+    sparse = sum(is_sparse_layer(cfg, i) for i in range(cfg.num_hidden_layers))
+    dense_mlp = (cfg.num_hidden_layers - sparse) * 3 * h * cfg.intermediate_size // tp
+    vocab = -(-cfg.vocab_size // tp) * h * (1 if cfg.tie_word_embeddings else 2)
+    dense = cfg.num_hidden_layers * attn + sparse * e * h + dense_mlp + vocab + h  # + routers, final norm
+    return MoeBytes(dense * bytes_per_param, 3 * h * cfg.moe_intermediate_size // tp * bytes_per_param, sparse,
+                    e, cfg.num_experts_per_tok)
+
+
+def ep_rank_loads(experts: torch.Tensor, num_experts: int, ep: int) -> torch.Tensor:
+    """Expert parallelism: rank r holds experts [r E/ep, (r+1) E/ep). Rows (token, choice) each rank
+    must compute for one step's routing: its load, set by which experts the tokens chose."""
+    return torch.bincount(experts.reshape(-1) // (num_experts // ep), minlength=ep)
 
 
 def moe_bytes(model: nn.Module) -> MoeBytes:
