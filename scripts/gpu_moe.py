@@ -36,7 +36,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from minisgl_edu import LLM, SamplingParams  # noqa: E402
 from minisgl_edu.bench import anchors_workload, copy_bandwidth, kv_bytes_per_token, make_decode_batch, release  # noqa: E402
-from minisgl_edu.model.moe import (SparseMoeBlock, expected_experts_read, experts_grouped, experts_reference,  # noqa: E402
+from minisgl_edu.model.moe import (Routing, SparseMoeBlock, expected_experts_read, experts_grouped, experts_reference,  # noqa: E402
                                    moe_bytes, moe_decode_floor_s, route)
 from minisgl_edu.tp import BatchRecorder  # noqa: E402
 
@@ -61,8 +61,8 @@ def check_experts(device: str, dtype: torch.dtype) -> dict:
         routing32 = route(x @ router.T, K, True)
         ref32 = experts_reference(x, routing32, gate_up, down)
         dx, dgu, dd = (t.to(device, dtype) for t in (x, gate_up, down))
-        r = route(dx @ router.to(device, dtype).T, K, True)
-        r.experts = routing32.experts.to(device)  # same expert choice: compare the expert maths, not a routing flip
+        # the same expert choice and weights: compare the expert maths, not a bf16 routing flip
+        r = Routing(routing32.weights.to(device, dtype), routing32.experts.to(device))
         grouped, refb = experts_grouped(dx, r, dgu, dd), experts_reference(dx, r, dgu, dd)
         rows.append(dict(tokens=tokens, grouped_vs_ref32=rel(grouped, ref32), ref_bf16_vs_ref32=rel(refb, ref32),
                          grouped_vs_ref_bf16=rel(grouped, refb)))
