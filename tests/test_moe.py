@@ -6,11 +6,13 @@
 * the router, the experts (both paths) and the sparse-layer rule equal transformers' modules;
 * Qwen3-MoE at tp=2 (gloo) equals tp=1, and each rank holds a slice of every expert;
 * a sliding window the context can reach is refused with a clear error;
-* the expected-experts formula matches a simulation of uniform routing.
+* the expected-experts formula matches a simulation of uniform routing, and the MoE memory floor's
+  byte counts match the built model (the tiny one and Qwen3-30B-A3B's shapes).
 """
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +25,7 @@ from minisgl_edu.tp import set_tp_info
 from tiny_model import one_thread  # noqa: F401 (fixture)
 
 VOCAB, N = 251, 10
+A3B = str(Path(__file__).resolve().parents[1] / "benchmarks" / "configs" / "qwen3-30b-a3b")
 
 
 def save_tiny(path: str, kind: str, seed: int = 0, **over) -> str:
@@ -241,3 +244,32 @@ def test_expected_experts_matches_uniform_routing():
         assert abs(sum(seen) / 50 - expected_experts_read(b, 128, 8)) < 1.5, (b, sum(seen) / 50)
     assert expected_experts_read(1, 128, 8) == pytest.approx(8)
     assert expected_experts_read(256, 128, 8) > 127  # a large decode batch reads nearly every expert
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_moe_bytes_from_config_equals_the_built_model(ckpts, tp):
+    """The floor's byte counts from a config alone equal the parameters of the model built from it."""
+    from minisgl_edu.model.moe import Qwen3MoeForCausalLM, moe_bytes, moe_bytes_from_config
+    for cfg in (load_config(ckpts["qwen3_moe"]), load_config(A3B)):
+        try:
+            set_tp_info(0, tp)
+            with torch.device("meta"):  # shapes only: the 30B model needs no memory
+                model = Qwen3MoeForCausalLM(cfg, 64)
+        finally:
+            set_tp_info(0, 1)
+        assert moe_bytes(model) == moe_bytes_from_config(cfg, bytes_per_param=4, tp=tp)
+    wb = moe_bytes_from_config(load_config(A3B))
+    assert (wb.sparse_layers, wb.num_experts, wb.top_k) == (48, 128, 8)
+    assert 60e9 < wb.total < 62e9 and wb.per_expert == 3 * 2048 * 768 * 2  # ~61 GB in bf16
+
+
+def test_moe_floor_is_the_dense_floor_when_every_expert_is_read():
+    from dataclasses import replace
+
+    from minisgl_edu.bench import decode_floor_s
+    from minisgl_edu.model.moe import MoeBytes, moe_decode_floor_s
+    prompts, outputs = [100, 300, 50], [5, 9, 2]
+    wb = MoeBytes(dense=1000, per_expert=10, sparse_layers=3, num_experts=4, top_k=2)
+    everything = replace(wb, top_k=4)  # k = E: every token reads every expert
+    assert moe_decode_floor_s(prompts, outputs, everything, 7, 1e3) == pytest.approx(decode_floor_s(prompts, outputs, wb.total, 7, 1e3))
+    assert moe_decode_floor_s(prompts, outputs, wb, 7, 1e3) < decode_floor_s(prompts, outputs, wb.total, 7, 1e3)
