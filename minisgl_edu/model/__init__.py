@@ -34,7 +34,7 @@ def check_sliding_window(cfg, max_positions: int) -> None:
     if window is not None and max_positions > window:
         raise ValueError(f"{cfg.model_type} config sets sliding_window={window}, smaller than the context length "
                          f"{max_positions}, and this engine has no windowed attention; serve it with "
-                         f"max_seq_len <= {window} (the window is then never reached)")
+                         f"max_seq_len <= {window} (serve: --context-length {window}; the window is then never reached)")
 
 
 def build_model(cfg, device: torch.device, dtype: torch.dtype, max_positions: int,
