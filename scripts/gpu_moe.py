@@ -39,7 +39,8 @@ import torch
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from minisgl_edu import LLM, SamplingParams  # noqa: E402
-from minisgl_edu.bench import anchors_workload, copy_bandwidth, kv_bytes_per_token, make_decode_batch, release  # noqa: E402
+from minisgl_edu.bench import (anchors_workload, copy_bandwidth, fresh_scheduler, kv_bytes_per_token,  # noqa: E402
+                               make_decode_batch, release)
 from minisgl_edu.model.moe import (Routing, SparseMoeBlock, expected_experts_read, experts_grouped, experts_reference,  # noqa: E402
                                    moe_bytes, moe_decode_floor_s, route)
 from minisgl_edu.tp import BatchRecorder  # noqa: E402
@@ -152,6 +153,7 @@ def check(device: str, dtype: torch.dtype) -> None:
 
 def experts_per_step(llm: LLM, sizes: tuple[int, ...]) -> list[dict]:
     """Eager decode steps at each batch size: distinct experts routed to per sparse layer, vs uniform."""
+    fresh_scheduler(llm, overlap=False)  # the last run's prefix cache gives its pages back first
     eng = llm.engine
     blocks = [m for m in eng.model.modules() if isinstance(m, SparseMoeBlock)]
     graphs, eng.graphs = eng.graphs, None  # hooks do not run inside a graph replay
