@@ -20,7 +20,8 @@ workload (256 requests, input/output lengths uniform in [100, 1024], ignore_eos)
 memory floor: per decode step, the dense weights + the experts its B running tokens read (expected
 under uniform routing, `moe.expected_experts_read`) + the K/V of every running request, over the copy
 bandwidth measured in the same run. It also counts the distinct experts actually routed to in eager
-decode steps at B = 1, 8, 64, 256 and prints them next to the expectation. Results: $OUT/moe_*.json.
+decode steps at B = 1, 2, 4, ..., 256, prints them next to the expectation, and gives the floor again
+with those measured counts (interpolated in B) in place of the expectation. Results: $OUT/moe_*.json.
 `--device cpu` with a tiny config is the dry run (bandwidth then a nominal 100 GB/s, labelled so).
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ import tempfile
 import time
 from dataclasses import replace
 
+import numpy as np
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -197,18 +199,21 @@ def bench(device: str, config: str, n: int) -> None:
     dt = time.perf_counter() - t
     tokens = sum(len(o["token_ids"]) for o in outs)
     assert tokens == sum(out_lens), (tokens, sum(out_lens))
+    rows = experts_per_step(llm, tuple(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= max(n, 8)))
+    measured = lambda b: float(np.interp(b, [r["batch"] for r in rows], [r["distinct_mean"] for r in rows]))
     lens = [len(p) for p in prompts]
     floor = moe_decode_floor_s(lens, out_lens, wb, kvt, bw)
+    floor_measured = moe_decode_floor_s(lens, out_lens, wb, kvt, bw, experts_read=measured)
     every_expert = moe_decode_floor_s(lens, out_lens, replace(wb, dense=wb.total, sparse_layers=0), kvt, bw)
     res = dict(model=pathlib.Path(config).name, requests=n, tokens=tokens, seconds=round(dt, 2), tok_s=round(tokens / dt, 1),
                floor_s=round(floor, 3), floor_tok_s=round(tokens / floor, 1), share_of_floor=round(floor / dt, 3),
-               floor_if_every_expert_read_s=round(every_expert, 3), copy_bandwidth_tb_s=round(bw / 1e12, 3),
+               floor_measured_experts_s=round(floor_measured, 3), floor_if_every_expert_read_s=round(every_expert, 3), copy_bandwidth_tb_s=round(bw / 1e12, 3),
                bandwidth_note="measured" if device == "cuda" else "nominal 100 GB/s (CPU dry run)",
                weights_gb=round(wb.total / 1e9, 2),
                build_s=round(build_s, 1), gpu=torch.cuda.get_device_name() if device == "cuda" else "cpu",
                commit=os.environ.get("MINISGL_COMMIT", "?"))
-    print(json.dumps(res), flush=True)
-    res["experts_read"] = experts_per_step(llm, tuple(b for b in (1, 8, 64, 256) if b <= max(n, 8)))
+    res["experts_read"] = rows
+    print(json.dumps({k: v for k, v in res.items() if k != "experts_read"}), flush=True)
     llm.close()
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "moe_bench.json").write_text(json.dumps(res, indent=1))

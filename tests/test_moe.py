@@ -273,3 +273,5 @@ def test_moe_floor_is_the_dense_floor_when_every_expert_is_read():
     everything = replace(wb, top_k=4)  # k = E: every token reads every expert
     assert moe_decode_floor_s(prompts, outputs, everything, 7, 1e3) == pytest.approx(decode_floor_s(prompts, outputs, wb.total, 7, 1e3))
     assert moe_decode_floor_s(prompts, outputs, wb, 7, 1e3) < decode_floor_s(prompts, outputs, wb.total, 7, 1e3)
+    measured_all = moe_decode_floor_s(prompts, outputs, wb, 7, 1e3, experts_read=lambda b: 4)  # a measured count
+    assert measured_all == pytest.approx(decode_floor_s(prompts, outputs, wb.total, 7, 1e3))

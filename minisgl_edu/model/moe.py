@@ -236,9 +236,10 @@ class MoeBytes:
     def total(self) -> int:
         return self.dense + self.sparse_layers * self.num_experts * self.per_expert
 
-    def step_bytes(self, batch_size: int) -> float:
-        """Expected weight bytes read by a decode step of `batch_size` tokens (uniform routing)."""
-        e = expected_experts_read(batch_size, self.num_experts, self.top_k)
+    def step_bytes(self, batch_size: int, experts_read=None) -> float:
+        """Weight bytes read by a decode step of `batch_size` tokens: `experts_read(B)` distinct experts
+        per sparse layer (measured), or by default the expectation under uniform routing."""
+        e = (experts_read or (lambda b: expected_experts_read(b, self.num_experts, self.top_k)))(batch_size)
         return self.dense + self.sparse_layers * e * self.per_expert
 
 
@@ -272,11 +273,12 @@ def moe_bytes(model: nn.Module) -> MoeBytes:
     return MoeBytes(dense, per, len(blocks), e, blocks[0].top_k if blocks else 0)
 
 
-def moe_decode_floor_s(prompt_lens: list[int], output_lens: list[int], wb: MoeBytes, kv_tok: int, bw: float) -> float:
+def moe_decode_floor_s(prompt_lens: list[int], output_lens: list[int], wb: MoeBytes, kv_tok: int, bw: float,
+                       experts_read=None) -> float:
     """bench.decode_floor_s for a MoE model: the step that produces output token j reads the dense
-    weights, the experts its B running tokens choose (expected, uniform routing) and their K/V."""
+    weights, the experts its B running tokens choose (`MoeBytes.step_bytes`) and their K/V."""
     total = 0.0
     for j in range(2, max(output_lens) + 1):
         running = [(p, o) for p, o in zip(prompt_lens, output_lens) if o >= j]
-        total += wb.step_bytes(len(running)) + sum(p + j - 1 for p, _ in running) * kv_tok
+        total += wb.step_bytes(len(running), experts_read) + sum(p + j - 1 for p, _ in running) * kv_tok
     return total / bw
