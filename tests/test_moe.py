@@ -229,6 +229,19 @@ def test_fused_expert_tensors_load_too(ckpts, tmp_path):
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_a_missing_expert_matrix_is_refused(ckpts, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+    src = ckpts["qwen3_moe"]
+    tensors = load_file(f"{src}/model.safetensors")
+    del tensors["model.layers.2.mlp.experts.6.up_proj.weight"]
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    shutil.copy(f"{src}/config.json", tmp_path)
+    with pytest.raises(KeyError, match=r"layers.2.mlp.experts.gate_up_proj \(15 of 16 expert matrices\)"):
+        build_model(load_config(src), torch.device("cpu"), torch.float32, 64, str(tmp_path))
+
+
 def test_sliding_window_the_context_reaches_is_refused(tmp_path, one_thread):
     path = save_tiny(str(tmp_path), "mistral", sliding_window=64)
     with pytest.raises(ValueError, match=r"sliding_window=64, smaller than the context length 256.*max_seq_len <= 64"):

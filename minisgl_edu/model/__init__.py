@@ -8,7 +8,7 @@ import re
 import torch
 
 from .llama import LlamaForCausalLM, check_tp  # noqa: F401  (check_tp: chapter 8, used by the offline API)
-from .moe import Qwen3MoeForCausalLM, expert_target
+from .moe import Qwen3MoeForCausalLM, expert_target, incomplete_experts
 
 SUPPORTED = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe")
 ARCHITECTURES = {"qwen3_moe": Qwen3MoeForCausalLM}  # model_type -> class; the rest are LlamaForCausalLM
@@ -93,6 +93,7 @@ def load_weights(model: LlamaForCausalLM, path: str) -> None:
     missing = {n for n, p in model.named_parameters()} - {t for t, _ in seen}
     if model.config.tie_word_embeddings:
         missing.discard("lm_head.weight")
+    missing |= set(incomplete_experts(seen, params))  # chapter 10: every expert of a layer, not just some
     if missing:
         raise KeyError(f"checkpoint lacks: {sorted(missing)[:5]}")
 

@@ -215,6 +215,20 @@ def expert_target(name: str) -> tuple[str, tuple] | None:
     return f"{base}.gate_up_proj", (e, 0 if kind == "gate" else 1)
 
 
+def incomplete_experts(seen: set[tuple[str, object]], params: dict) -> list[str]:
+    """Expert tensors a checkpoint filled only in part (some expert's gate, up or down matrix absent)."""
+    parts: dict[str, set] = {}
+    for target, part in seen:
+        parts.setdefault(target, set()).add(part)
+    out = []
+    for name, p in params.items():
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj")) and None not in parts.get(name, {None}):
+            want = p.shape[0] * (2 if name.endswith("gate_up_proj") else 1)
+            if len(parts[name]) < want:
+                out.append(f"{name} ({len(parts[name])} of {want} expert matrices)")
+    return out
+
+
 # ---- the memory floor of a MoE decode step ---------------------------------------------------------
 def expected_experts_read(batch_size: int, num_experts: int, top_k: int) -> float:
     """Expected number of distinct experts one layer reads for `batch_size` tokens, each choosing
