@@ -12,8 +12,8 @@ LOG=$OUT/gpu_moe.log
 run nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
 run python3 -c "import torch, torch.nn.functional as F; print('torch', torch.__version__, 'grouped_mm:', hasattr(F, 'grouped_mm') or hasattr(torch, '_grouped_mm'), 'commit', '${MINISGL_COMMIT:-?}')"
 for stage in $STAGES; do case $stage in
-check) run timeout 150 python3 scripts/gpu_moe.py check --device "$DEVICE" ;;
-bench) run timeout 420 python3 scripts/gpu_moe.py bench --device "$DEVICE" --config "$CONFIG" --requests "$REQUESTS" ;;
+check) run timeout 120 python3 scripts/gpu_moe.py check --device "$DEVICE" ;;
+bench) run timeout 360 python3 scripts/gpu_moe.py bench --device "$DEVICE" --config "$CONFIG" --requests "$REQUESTS" ;;
 esac; done
 echo "gpu_moe: exit status $status" | tee -a "$LOG"
 exit $status
