@@ -8,8 +8,10 @@ import re
 import torch
 
 from .llama import LlamaForCausalLM, check_tp  # noqa: F401  (check_tp: chapter 8, used by the offline API)
+from .moe import Qwen3MoeForCausalLM, expert_target, incomplete_experts
 
-SUPPORTED = ("llama", "qwen2", "qwen3")
+SUPPORTED = ("llama", "qwen2", "qwen3", "mistral", "qwen3_moe")
+ARCHITECTURES = {"qwen3_moe": Qwen3MoeForCausalLM}  # model_type -> class; the rest are LlamaForCausalLM
 
 # checkpoint name piece -> (our module name, part of a merged matrix)
 _MERGED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
@@ -24,21 +26,36 @@ def load_config(path: str):
     return cfg
 
 
+def check_sliding_window(cfg, max_positions: int) -> None:
+    """Refuse a sliding window the context can reach: the attention backends attend to every cached
+    key. A query at position q sees keys k with q - k < sliding_window, so with max_positions <=
+    sliding_window the window never cuts anything and the model is served exactly."""
+    window = getattr(cfg, "sliding_window", None)
+    if window is not None and max_positions > window:
+        raise ValueError(f"{cfg.model_type} config sets sliding_window={window}, smaller than the context length "
+                         f"{max_positions}, and this engine has no windowed attention; serve it with "
+                         f"max_seq_len <= {window} (serve: --context-length {window}; the window is then never reached)")
+
+
 def build_model(cfg, device: torch.device, dtype: torch.dtype, max_positions: int,
                 path: str | None = None, dummy_weights: bool = False, seed: int = 0) -> LlamaForCausalLM:
     """Build the model on `device` in `dtype` and fill it: from safetensors under `path`, or random."""
+    check_sliding_window(cfg, max_positions)
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
         with torch.device(device):
-            model = LlamaForCausalLM(cfg, max_positions)
+            model = ARCHITECTURES.get(cfg.model_type, LlamaForCausalLM)(cfg, max_positions)
     finally:
         torch.set_default_dtype(old)
     if dummy_weights:
         gen = torch.Generator(device="cpu").manual_seed(seed)
+        on_device = torch.Generator(device=device).manual_seed(seed)
         for name, p in model.named_parameters():
             if name.endswith("norm.weight"):
                 p.data.fill_(1.0)
+            elif getattr(p, "draw_on_device", False):  # MoE experts (chapter 10): no 60 GB detour through the CPU
+                p.load_full(p.data, torch.randn(p.full_shape, generator=on_device, device=device, dtype=dtype) * 0.02)
             else:  # drawn in full on the CPU, then sliced: every device and TP rank sees the same model
                 p.load_full(p.data, torch.randn(p.full_shape, generator=gen) * 0.02)
     else:
@@ -59,9 +76,12 @@ def load_weights(model: LlamaForCausalLM, path: str) -> None:
                 if "rotary_emb" in name:
                     continue
                 target, part = re.sub(r"^model\.", "", name), None
-                for ckpt, (ours, idx) in _MERGED.items():
-                    if f".{ckpt}." in target:
-                        target, part = target.replace(ckpt, ours), idx
+                if (expert := expert_target(target)) is not None:  # one expert's matrix -> its slice of a 3-D tensor
+                    target, part = expert
+                else:
+                    for ckpt, (ours, idx) in _MERGED.items():
+                        if f".{ckpt}." in target:
+                            target, part = target.replace(ckpt, ours), idx
                 if target not in params:
                     if name == "lm_head.weight" and model.config.tie_word_embeddings:
                         continue
@@ -73,6 +93,7 @@ def load_weights(model: LlamaForCausalLM, path: str) -> None:
     missing = {n for n, p in model.named_parameters()} - {t for t, _ in seen}
     if model.config.tie_word_embeddings:
         missing.discard("lm_head.weight")
+    missing |= set(incomplete_experts(seen, params))  # chapter 10: every expert of a layer, not just some
     if missing:
         raise KeyError(f"checkpoint lacks: {sorted(missing)[:5]}")
 

@@ -36,6 +36,8 @@ def head_layout(num_heads: int, num_kv_heads: int, tp: DistributedInfo | None = 
 def check_tp(cfg, size: int) -> None:
     """Raise ValueError, naming the numbers, if a model cannot be split over `size` ranks."""
     head_layout(cfg.num_attention_heads, cfg.num_key_value_heads, DistributedInfo(0, size))
+    if getattr(cfg, "moe_intermediate_size", None) and cfg.moe_intermediate_size % size:  # chapter 10
+        raise ValueError(f"tp={size} does not divide the model's moe_intermediate_size {cfg.moe_intermediate_size}")
     if cfg.intermediate_size % size:
         raise ValueError(f"tp={size} does not divide the model's intermediate size {cfg.intermediate_size}")
 
@@ -52,7 +54,7 @@ class Attention(nn.Module):
             (cfg.num_key_value_heads * d, self.kv_heads * d, kv0 * d),
             (cfg.num_key_value_heads * d, self.kv_heads * d, kv0 * d)], bias=bias)
         self.o_proj = RowParallelLinear(cfg.num_attention_heads * d, cfg.hidden_size)
-        self.qk_norm = cfg.model_type == "qwen3"
+        self.qk_norm = cfg.model_type in ("qwen3", "qwen3_moe")
         if self.qk_norm:
             self.q_norm, self.k_norm = RMSNorm(d, cfg.rms_norm_eps), RMSNorm(d, cfg.rms_norm_eps)
 
@@ -80,12 +82,12 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg, layer_id: int, rope: RotaryEmbedding):
+    def __init__(self, cfg, layer_id: int, rope: RotaryEmbedding, mlp: nn.Module | None = None):
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.self_attn = Attention(cfg, layer_id, rope)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.mlp = MLP(cfg)
+        self.mlp = mlp if mlp is not None else MLP(cfg)
 
     def forward(self, h, positions, backend, batch):
         h = h + self.self_attn(self.input_layernorm(h), positions, backend, batch)
@@ -99,11 +101,16 @@ class LlamaForCausalLM(nn.Module):
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         rope = RotaryEmbedding(cfg, head_dim, max_positions)
         self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, i, rope) for i in range(cfg.num_hidden_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, rope, self.make_mlp(cfg, i))
+                                    for i in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
+
+    def make_mlp(self, cfg, layer_id: int) -> nn.Module:
+        """Layer `layer_id`'s MLP (a mixture-of-experts model overrides this: model/moe.py)."""
+        return MLP(cfg)
 
     def forward(self, input_ids, positions, backend, batch) -> torch.Tensor:
         """Hidden states of every token in the batch, shape [tokens, hidden]."""
