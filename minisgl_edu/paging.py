@@ -21,7 +21,8 @@ import torch
 from .req import Req
 
 
-def cdiv(a: int, b: int) -> int:
+def cdiv(a, b):
+    """Ceiling division, for ints and NumPy arrays alike (the one spelling in the library)."""
     return -(-a // b)
 
 

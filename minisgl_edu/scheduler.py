@@ -180,6 +180,7 @@ class Scheduler:
         ps, row = self.page_size, req.table_idx
         aligned = req.cached_len // ps * ps
         present = self.cache.insert_prefix(req.token_ids[:aligned], self.pool.page_table[row, :aligned])
+        assert req.matched_len <= present <= aligned, (req.matched_len, present, aligned)  # the table's order
         self.pool.free(self.pool.page_table[row, req.matched_len:present])  # our copies of what was cached
         self.pool.free_tail(req, aligned)
         self.cache.unlock(req.cache_handle)
