@@ -52,9 +52,22 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight, self.eps = _param(dim), eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (fi := fused_kernels(x)) is not None:  # one kernel instead of seven
-            return fi.norm.rmsnorm(x.reshape(-1, x.shape[-1]), self.weight, self.eps).view(x.shape)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, inplace: bool = False):
+        """rmsnorm(x) over the last dim of a [tokens, dim] or [tokens, heads, head_dim] tensor; with a
+        residual, (rmsnorm(x + residual), x + residual): the decoder's residual add rides along.
+        inplace=True lets the fused kernel write over x (a q or k view inside the q|k|v buffer)."""
+        if (fi := fused_kernels(x)) is not None:
+            if residual is not None:  # one kernel: residual += x, then x = rmsnorm(residual), both in place
+                fi.norm.fused_add_rmsnorm(x, residual, self.weight, self.eps)
+                return x, residual
+            flat = x if x.dim() in (2, 3) else x.reshape(-1, x.shape[-1])  # 3D: any head stride, no copy
+            return fi.norm.rmsnorm(flat, self.weight, self.eps, out=flat if inplace else None).view(x.shape)
+        if residual is not None:
+            residual = residual + x
+            return self._plain(residual), residual
+        return self._plain(x)
+
+    def _plain(self, x: torch.Tensor) -> torch.Tensor:
         # in float32, as Hugging Face does, whatever the model dtype
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -162,11 +175,10 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_sin", torch.cat([self.cos[:, :half], self.sin[:, :half]], -1), persistent=False)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
-        if (fi := fused_kernels(q)) is not None:  # one in-place kernel for q and k
-            shape_q, shape_k, d = q.shape, k.shape, q.shape[-1]
-            q, k = q.reshape(len(q), -1).contiguous(), k.reshape(len(k), -1).contiguous()
-            fi.rope.apply_rope_with_cos_sin_cache_inplace(positions, q, k, d, self.cos_sin, is_neox=True)
-            return q.view(shape_q), k.view(shape_k)
+        if (fi := fused_kernels(q)) is not None:  # one kernel, in place on the strided q/k views: no copies
+            fi.rope.apply_rope_with_cos_sin_cache_inplace(positions, q.flatten(1), k.flatten(1), q.shape[-1],
+                                                          self.cos_sin, is_neox=True)
+            return q, k
         cos = self.cos[positions].to(q.dtype)[:, None, :]  # [tokens, 1, head_dim]
         sin = self.sin[positions].to(q.dtype)[:, None, :]
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin
