@@ -130,7 +130,11 @@ class FlashInferBackend(AttentionBackend):
             self.kv.store_kv(layer, md.out_loc, kv)  # K and V in one copy
         else:
             self.kv.store(layer, md.out_loc, k, v)
-        return md.wrapper.run(q, self.pages[layer])
+        return self.attend(q, layer, batch)
+
+    def attend(self, q, layer, batch):
+        """Attention over K/V already in the pool (the model's one-launch kernel stored them)."""
+        return batch.attn_metadata.wrapper.run(q, self.pages[layer])
 
 
 def side_by_side(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:

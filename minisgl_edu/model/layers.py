@@ -37,6 +37,16 @@ def fused_kernels(x: torch.Tensor):
 
 
 _FUSED = False
+USE_QK_KERNEL = True  # with fused kernels on: our one-launch q/k norm + RoPE + K/V store where its cubin exists
+
+
+def qk_kernel(x: torch.Tensor, backend):
+    """The one-launch q/k norm + RoPE + K/V store (qk_kernel.py) for bf16 x under the fused switch,
+    with a backend that can attend over K/V already in the pool; else None (FlashInfer's or PyTorch's ops)."""
+    if not USE_QK_KERNEL or fused_kernels(x) is None or x.dtype != torch.bfloat16 or not hasattr(backend, "attend"):
+        return None
+    from . import qk_kernel as qk
+    return qk if qk.available(x) else None
 
 
 def _param(*shape: int, load=None, full_shape: tuple[int, ...] | None = None, load_full=None) -> nn.Parameter:

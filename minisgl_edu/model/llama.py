@@ -10,7 +10,7 @@ from torch import nn
 
 from ..tp import DistributedInfo, get_tp_info
 from .layers import (ColumnParallelLinear, ParallelLMHead, RMSNorm, RotaryEmbedding, RowParallelLinear,
-                     VocabParallelEmbedding, silu_and_mul)
+                     VocabParallelEmbedding, qk_kernel, silu_and_mul)
 
 
 def head_layout(num_heads: int, num_kv_heads: int, tp: DistributedInfo | None = None) -> tuple[int, int, int, int]:
@@ -58,7 +58,14 @@ class Attention(nn.Module):
 
     def forward(self, h: torch.Tensor, positions: torch.Tensor, backend, batch) -> torch.Tensor:
         qd, kvd = self.q_heads * self.head_dim, self.kv_heads * self.head_dim
-        q, k, v = self.qkv_proj(h).split([qd, kvd, kvd], dim=-1)
+        qkv = self.qkv_proj(h)
+        if (qk := qk_kernel(qkv, backend)) is not None:  # one launch: q/k norm, RoPE, K/V into the pool
+            norm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if self.qk_norm else (None, None, 0.0)
+            qk.qk_norm_rope_store(qkv, self.q_heads, self.kv_heads, self.head_dim, positions, self.rope.cos_sin, *norm,
+                                  backend.kv.k[self.layer_id], backend.kv.v[self.layer_id], batch.attn_metadata.out_loc)
+            o = backend.attend(qkv[:, :qd].unflatten(-1, (self.q_heads, self.head_dim)), self.layer_id, batch)
+            return self.o_proj(o.reshape(-1, qd))
+        q, k, v = qkv.split([qd, kvd, kvd], dim=-1)
         q = q.unflatten(-1, (self.q_heads, self.head_dim))  # views into the q|k|v buffer, no copies
         k = k.unflatten(-1, (self.kv_heads, self.head_dim))
         v = v.unflatten(-1, (self.kv_heads, self.head_dim))
