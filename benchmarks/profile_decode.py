@@ -59,30 +59,45 @@ def main() -> None:
     ap.add_argument("--plain", action="store_true")
     ap.add_argument("--no-qk-kernel", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--bs", default="1", help="batch sizes, comma-separated")
     args = ap.parse_args()
     from minisgl_edu import LLM
-    from minisgl_edu.bench import make_decode_batch, time_steps
+    from minisgl_edu.bench import make_decode_batch, release
     from minisgl_edu.model import layers as L
     if args.plain:
         L._FUSED = None
     if args.no_qk_kernel and hasattr(L, "USE_QK_KERNEL"):
         L.USE_QK_KERNEL = False
-    llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=8, cuda_graph_max_bs=8, max_total_tokens=65536)
+    sizes = [int(b) for b in args.bs.split(",")]
+    llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=max(sizes), cuda_graph_max_bs=max(sizes),
+              max_total_tokens=max(sizes) * 1100 + 4096)
     eng = llm.engine
     nl = eng.model_config.num_hidden_layers
-    batch = make_decode_batch(eng, 1, 1024, seed=1)
+    rows = []
+    for bs in sizes:
+        batch = make_decode_batch(eng, bs, 1024, seed=1)
+        rows.append(profile_batch(args.tag, eng, batch, nl))
+        release(eng, batch)
+    if args.json:
+        with open(args.json, "a") as f:  # one line per profiled variant and batch size
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+
+
+def profile_batch(tag, eng, batch, nl) -> dict:
+    from minisgl_edu.bench import time_steps
     graphs = eng.graphs
     eng.graphs = None
     eager = kernels(lambda: eng.forward(batch))
     t_eager = time_steps(lambda: eng.forward(batch), iters=30)
     eng.graphs = graphs
     t_graph = time_steps(lambda: eng.forward(batch), iters=100)
-    g = graphs.graphs[graphs.padded_size(1)]
+    g = graphs.graphs[graphs.padded_size(batch.size)]
     t_replay = time_steps(g.replay, iters=200)
     eng.forward(batch)  # plan the graph's wrapper for this batch before profiling the replay alone
     replay = kernels(g.replay)
     layer = one_layer(replay, nl)
-    print(f"\n== {args.tag}: batch 1, ctx 1024, {nl} layers")
+    print(f"\n== {tag}: batch {batch.size}, ctx 1024, {nl} layers")
     print(f"eager step: {len(eager)} GPU ops ({len(eager) / nl:.1f} per layer); graph replay: {len(replay)} kernels; "
           f"one layer: {len(layer)} kernels, {sum(t for _, t in layer):.1f} us")
     print(f"step time: graph {t_graph * 1e3:.3f} ms, eager {t_eager * 1e3:.3f} ms, replay alone {t_replay * 1e3:.3f} ms")
@@ -95,12 +110,12 @@ def main() -> None:
     print("eager step, every distinct GPU op: count, mean us")
     for n, ts in sorted(counts.items(), key=lambda kv: -len(kv[1])):
         print(f"  {len(ts):5d} {sum(ts) / len(ts):8.2f}  {short(n)}")
-    if args.json:
-        with open(args.json, "a") as f:  # one line per profiled variant
-            f.write(json.dumps(dict(
-            tag=args.tag, layers=nl, eager_ops=len(eager), replay_kernels=len(replay), layer=layer,
-            step_graph_ms=t_graph * 1e3, step_eager_ms=t_eager * 1e3, replay_ms=t_replay * 1e3,
-                eager_counts={n: [len(ts), sum(ts) / len(ts)] for n, ts in counts.items()})) + "\n")
+    return dict(tag=tag, bs=batch.size, layers=nl, eager_ops=len(eager), replay_kernels=len(replay), layer=layer,
+                step_graph_ms=t_graph * 1e3, step_eager_ms=t_eager * 1e3, replay_ms=t_replay * 1e3,
+                replay_us_total=sum(t for _, t in replay),
+                eager_counts={n: [len(ts), sum(ts) / len(ts)] for n, ts in counts.items()})
+
+
 
 
 if __name__ == "__main__":

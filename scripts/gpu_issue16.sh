@@ -13,12 +13,15 @@ LOG=$OUT/issue16.log
 P=$OUT/profiles.jsonl
 run python3 -c "import torch, flashinfer; print(torch.cuda.get_device_name(), 'torch', torch.__version__, 'flashinfer', flashinfer.__version__, 'commit', '${MINISGL_COMMIT:-?}')"
 run python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_fused.py tests/gpu/test_flashinfer.py tests/gpu/test_graphs.py
+if grep -q "FAILED tests/gpu/test_fused.py::test_one_launch_qk_kernel\|FAILED tests/gpu/test_fused.py::test_model" "$LOG"; then
+    echo "our qk kernel failed its test: the benchmarks below run FlashInfer's kernels (MINISGL_QK_KERNEL=0)" | tee -a "$LOG"
+    export MINISGL_QK_KERNEL=0
+fi
 [ -n "$BEFORE" ] && run env PYTHONPATH=$BEFORE:$PYTHONPATH python3 benchmarks/profile_decode.py before --json $P
-run python3 benchmarks/profile_decode.py plain --plain --json $P
 run python3 benchmarks/profile_decode.py fused_flashinfer_only --no-qk-kernel --json $P
-run python3 benchmarks/profile_decode.py fused --json $P
+run python3 benchmarks/profile_decode.py fused --bs 1,64 --json $P
 run python3 benchmarks/bench_gpu.py p2 p1 p4 pf tokens
 cp benchmarks/results.json "$OUT"/
-run python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_llm_cuda.py tests/gpu/test_trace_gpu.py
+run python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_llm_cuda.py
 echo "gpu_issue16: exit status $status" | tee -a "$LOG"
 exit $status

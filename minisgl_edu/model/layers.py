@@ -37,7 +37,9 @@ def fused_kernels(x: torch.Tensor):
 
 
 _FUSED = False
-USE_QK_KERNEL = True  # with fused kernels on: our one-launch q/k norm + RoPE + K/V store where its cubin exists
+# with fused kernels on: our one-launch q/k norm + RoPE + K/V store where its cubin exists (MINISGL_QK_KERNEL=0:
+# FlashInfer's kernels for those steps instead; an experiment's knob under the one switch above)
+USE_QK_KERNEL = os.environ.get("MINISGL_QK_KERNEL", "1") != "0"
 
 
 def qk_kernel(x: torch.Tensor, backend):
