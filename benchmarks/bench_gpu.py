@@ -139,6 +139,13 @@ def p2(llm: LLM, bw: float) -> None:
             count_kernels(eng, batch)
         eng.graphs = graphs
         graph = time_steps(lambda: eng.forward(batch), iters=100)
+        eng.timeline = []  # CPU time of each graph step: is the step bound by the host?
+        time_steps(lambda: eng.forward(batch), iters=30)
+        cpu = float(np.median([t1 - t0 for t0, t1, _, _ in eng.timeline[5:]]))
+        eng.timeline = None
+        record(f"p2_decode_step_bs{bs}_graph_cpu", cpu * 1e3, "ms", cpu / graph,
+               "median CPU time of Engine._forward per graph step (prepare, plan, replay, sampling launches); "
+               "ratio = CPU time / step time (near 1: the step waits on the host, not the GPU)")
         g = graphs.graphs[graphs.padded_size(bs)]  # the replay alone: GPU time of the captured forward
         replay = time_steps(g.replay, iters=100)
         release(eng, batch)

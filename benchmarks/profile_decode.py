@@ -1,12 +1,13 @@
 """Issue 16: the GPU kernels of one decode step at batch 1 (Qwen3-0.6B architecture, dummy weights, bf16).
 
-    python benchmarks/profile_decode.py TAG [--plain] [--no-qk-kernel] [--json OUT.jsonl]
+    python benchmarks/profile_decode.py TAG [--plain] [--no-own-kernels] [--bs 1,64] [--json OUT.jsonl]
 
 Profiles one eager step (engine.forward without graphs) and one CUDA-graph replay with torch.profiler,
 prints every distinct kernel with its count per step and mean time, the kernels of one decoder layer in
 launch order (cut out of the replay between two launches of the attention kernel), and times the step
 (graph and eager) and the replay alone. --plain: fused kernels off (as MINISGL_FUSED=0);
---no-qk-kernel: FlashInfer's kernels for q/k norm, RoPE and the K/V copy instead of our one-launch kernel.
+--no-own-kernels: FlashInfer's kernels for q/k norm, RoPE and the K/V copy instead of our one-launch kernel,
+and cuBLAS instead of our GEMV.
 """
 from __future__ import annotations
 
@@ -57,7 +58,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("tag")
     ap.add_argument("--plain", action="store_true")
-    ap.add_argument("--no-qk-kernel", action="store_true")
+    ap.add_argument("--no-own-kernels", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--bs", default="1", help="batch sizes, comma-separated")
     args = ap.parse_args()
@@ -66,8 +67,8 @@ def main() -> None:
     from minisgl_edu.model import layers as L
     if args.plain:
         L._FUSED = None
-    if args.no_qk_kernel and hasattr(L, "USE_QK_KERNEL"):
-        L.USE_QK_KERNEL = False
+    if args.no_own_kernels and hasattr(L, "USE_QK_KERNEL"):
+        L.USE_QK_KERNEL = L.USE_GEMV = False
     sizes = [int(b) for b in args.bs.split(",")]
     llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=max(sizes), cuda_graph_max_bs=max(sizes),
               max_total_tokens=max(sizes) * 1100 + 4096)
@@ -103,6 +104,10 @@ def profile_batch(tag, eng, batch, nl) -> dict:
     print(f"step time: graph {t_graph * 1e3:.3f} ms, eager {t_eager * 1e3:.3f} ms, replay alone {t_replay * 1e3:.3f} ms")
     print("one decoder layer (graph replay), launch order, mean us over the layers:")
     for name, t in layer:
+        print(f"  {t:7.2f}  {short(name)}")
+    first = next((i for i, (n, _) in enumerate(eager) if "Decode" in n or "Prefill" in n), 0)
+    print("eager step, the ops around the layers (before the first attention kernel, and the last 12):")
+    for name, t in eager[:first] + [("...", 0.0)] + eager[-12:]:
         print(f"  {t:7.2f}  {short(name)}")
     counts: dict[str, list[float]] = {}
     for n, t in eager:

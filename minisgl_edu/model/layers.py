@@ -42,6 +42,19 @@ _FUSED = False
 USE_QK_KERNEL = os.environ.get("MINISGL_QK_KERNEL", "1") != "0"
 
 
+USE_GEMV = os.environ.get("MINISGL_GEMV", "1") != "0"  # likewise for our GEMV (decode batches of <= 8 rows)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, or under the fused switch, for <= 8 bf16 rows, our GEMV kernel: a single pass over the
+    weight where cuBLAS's tiles for larger batches waste most of the bandwidth."""
+    if USE_GEMV and x.dtype == torch.bfloat16 and fused_kernels(x) is not None:
+        from . import qk_kernel as own
+        if own.gemv_fits(x, weight) and own.available(x, own.GEMV):
+            return own.gemv(x, weight, bias)
+    return F.linear(x, weight, bias)
+
+
 def qk_kernel(x: torch.Tensor, backend):
     """The one-launch q/k norm + RoPE + K/V store (qk_kernel.py) for bf16 x under the fused switch,
     with a backend that can attend over K/V already in the pool; else None (FlashInfer's or PyTorch's ops)."""
@@ -109,7 +122,7 @@ class ColumnParallelLinear(nn.Module):
             row += rows
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return linear(x, self.weight, self.bias)
 
     @classmethod
     def simple(cls, in_features: int, out_features: int, bias: bool = False, merged: int = 1):
@@ -130,7 +143,7 @@ class RowParallelLinear(nn.Module):
         param.copy_(sl[:, self.start:self.start + param.shape[1]])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = all_reduce(F.linear(x, self.weight))
+        y = all_reduce(linear(x, self.weight))
         return y + self.bias if self.bias is not None else y
 
 

@@ -1,9 +1,10 @@
-"""Chapter 7 — a kernel of our own: q/k norm, RoPE and the K/V store of one layer in one launch.
+"""Chapter 7 — kernels of our own: q/k norm, RoPE and the K/V store of one layer in one launch,
+and a GEMV for the linear layers of a decode batch of <= 8 rows.
 
 FlashInfer has a kernel for each of those steps, so a layer pays four launches for work that
 touches a few kilobytes per token. `qk_norm_rope_store.cu` does all four in one pass over the
 q|k|v buffer (one warp per token and head). It is compiled on the CPU machine to a cubin for the
-H200 (`scripts/build_fi_extra_kernels.sh`) and launched here through the CUDA driver API with
+H200 (`scripts/build_fi_extra_kernels.sh`), like `gemv.cu`, and launched here through the CUDA driver API with
 ctypes: no extension to build, nothing compiled on the GPU machine. Without the cubin (CPU
 machines, other GPUs) `available()` is False and the FlashInfer kernels serve.
 """
@@ -15,13 +16,14 @@ import pathlib
 
 import torch
 
-NAME = "qk_norm_rope_store"
-_MODULES: dict[int, object] = {}  # device index -> kernel handle (or None: no cubin)
+NAME, GEMV = "qk_norm_rope_store", "gemv_bf16"
+CUBINS = {NAME: "qk_norm_rope_store.cubin", GEMV: "gemv.cubin"}  # kernel -> file (one per .cu)
+_FUNCS: dict[tuple[int, str], object] = {}  # (device index, kernel) -> (libcuda, function), or None: no cubin
 
 
-def cubin_path() -> pathlib.Path:
+def cubin_path(name: str = NAME) -> pathlib.Path:
     root = pathlib.Path(__file__).resolve().parents[2]
-    return pathlib.Path(os.environ.get("MINISGL_CUBIN_DIR", root / ".gpu" / "kernels")) / f"{NAME}.cubin"
+    return pathlib.Path(os.environ.get("MINISGL_CUBIN_DIR", root / ".gpu" / "kernels")) / CUBINS[name]
 
 
 def _check(rc: int, what: str) -> None:
@@ -29,26 +31,58 @@ def _check(rc: int, what: str) -> None:
         raise RuntimeError(f"CUDA driver call {what} failed with error {rc}")
 
 
-def _kernel(device: torch.device):
+def _kernel(device: torch.device, name: str = NAME):
     idx = device.index if device.index is not None else torch.cuda.current_device()
-    if idx not in _MODULES:
-        path = cubin_path()
+    if (idx, name) not in _FUNCS:
+        path = cubin_path(name)
         if not path.exists() or torch.cuda.get_device_capability(idx) != (9, 0):  # built for sm_90a only
-            _MODULES[idx] = None
+            _FUNCS[idx, name] = None
         else:
             cuda = ctypes.CDLL("libcuda.so.1")
-            torch.cuda.init()
             with torch.cuda.device(idx):
                 torch.empty(1, device=f"cuda:{idx}")  # makes the device's primary context current here
                 mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
                 _check(cuda.cuModuleLoadData(ctypes.byref(mod), path.read_bytes()), "cuModuleLoadData")
-                _check(cuda.cuModuleGetFunction(ctypes.byref(fn), mod, NAME.encode()), "cuModuleGetFunction")
-            _MODULES[idx] = (cuda, fn)
-    return _MODULES[idx]
+                _check(cuda.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()), "cuModuleGetFunction")
+            _FUNCS[idx, name] = (cuda, fn)
+    return _FUNCS[idx, name]
 
 
-def available(x: torch.Tensor) -> bool:
-    return x.is_cuda and x.dtype == torch.bfloat16 and _kernel(x.device) is not None
+def available(x: torch.Tensor, name: str = NAME) -> bool:
+    return x.is_cuda and x.dtype == torch.bfloat16 and _kernel(x.device, name) is not None
+
+
+def _launch(name: str, device: torch.device, blocks: int, threads: int, args: list) -> None:
+    cuda, fn = _kernel(device, name)
+    params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])  # void** kernelParams
+    stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+    _check(cuda.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, stream, params, None), "cuLaunchKernel")
+
+
+def _ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
+    return ctypes.c_void_p(t.data_ptr() if t is not None else 0)
+
+
+GEMV_MAX_ROWS = 8  # the kernel keeps one accumulator per row of x in registers
+
+
+def gemv_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Shapes and alignment the GEMV kernel takes: 2D x of <= 8 rows, 16-byte aligned rows, K % 8 == 0."""
+    return (x.dim() == 2 and 0 < x.shape[0] <= GEMV_MAX_ROWS and x.stride(1) == 1 and x.stride(0) % 8 == 0
+            and x.shape[1] % 8 == 0 and x.data_ptr() % 16 == 0 and weight.is_contiguous()
+            and weight.data_ptr() % 16 == 0 and weight.dtype == x.dtype)
+
+
+def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias) for a few bf16 rows (check gemv_fits first): one pass over the weight."""
+    m, k = x.shape
+    n = weight.shape[0]
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    warps = 8
+    _launch(GEMV, x.device, -(-n // warps), 32 * warps,
+            [_ptr(x), ctypes.c_longlong(x.stride(0)), _ptr(weight), _ptr(bias), _ptr(y),
+             ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)])
+    return y
 
 
 def qk_norm_rope_store(qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim: int, positions: torch.Tensor,
@@ -63,13 +97,9 @@ def qk_norm_rope_store(qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim:
     assert cos_sin.dtype == torch.float32 and cos_sin.is_contiguous()
     positions, out_loc = positions.long(), out_loc.long()  # no-ops when already int64 (the engine's case)
     assert k_pool.is_contiguous() and v_pool.is_contiguous() and k_pool.shape[1:] == (kv_heads, head_dim)
-    cuda, fn = _kernel(qkv.device)
-    ptr = lambda t: ctypes.c_void_p(t.data_ptr() if t is not None else 0)
-    args = [ptr(qkv), ctypes.c_longlong(qkv.stride(0)), ctypes.c_int(n), ctypes.c_int(q_heads), ctypes.c_int(kv_heads),
-            ctypes.c_int(head_dim), ptr(positions), ptr(cos_sin), ptr(q_w), ptr(k_w), ctypes.c_float(eps),
-            ptr(k_pool), ptr(v_pool), ptr(out_loc)]
-    params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])  # void** kernelParams
     warps_per_block = 4
     blocks = -(-n * (q_heads + kv_heads) // warps_per_block)
-    stream = ctypes.c_void_p(torch.cuda.current_stream(qkv.device).cuda_stream)
-    _check(cuda.cuLaunchKernel(fn, blocks, 1, 1, 32 * warps_per_block, 1, 1, 0, stream, params, None), "cuLaunchKernel")
+    _launch(NAME, qkv.device, blocks, 32 * warps_per_block,
+            [_ptr(qkv), ctypes.c_longlong(qkv.stride(0)), ctypes.c_int(n), ctypes.c_int(q_heads),
+             ctypes.c_int(kv_heads), ctypes.c_int(head_dim), _ptr(positions), _ptr(cos_sin), _ptr(q_w), _ptr(k_w),
+             ctypes.c_float(eps), _ptr(k_pool), _ptr(v_pool), _ptr(out_loc)])

@@ -32,15 +32,15 @@ def rel(a, b) -> float:
 class Switch:
     """Fused kernels off (plain PyTorch on CUDA too) inside the block: the same switch as MINISGL_FUSED=0."""
 
-    def __init__(self, fused: bool, qk: bool = True):
-        self.fused, self.qk = fused, qk
+    def __init__(self, fused: bool, own: bool = True):
+        self.fused, self.own = fused, own  # own=False: FlashInfer's kernels only, not ours (qk_kernel.py)
 
     def __enter__(self):
-        self.saved = layers._FUSED, layers.USE_QK_KERNEL
-        layers._FUSED, layers.USE_QK_KERNEL = (False if self.fused else None), self.qk
+        self.saved = layers._FUSED, layers.USE_QK_KERNEL, layers.USE_GEMV
+        layers._FUSED, layers.USE_QK_KERNEL, layers.USE_GEMV = (False if self.fused else None), self.own, self.own
 
     def __exit__(self, *exc):
-        layers._FUSED, layers.USE_QK_KERNEL = self.saved
+        layers._FUSED, layers.USE_QK_KERNEL, layers.USE_GEMV = self.saved
 
 
 def test_fused_add_rmsnorm_matches_plain():
@@ -139,6 +139,27 @@ def test_one_launch_qk_kernel_matches_plain(qh, kvh, d, qk_norm):
     assert not kp[loc].isnan().any()
 
 
+@pytest.mark.parametrize("m,k,n,bias", [(1, 1024, 4096, False), (3, 2048, 1024, False), (8, 3072, 1024, True),
+                                         (5, 576, 1731, True), (8, 1024, 6144, False)])
+def test_gemv_matches_f_linear(m, k, n, bias):
+    if not qk_kernel.available(torch.empty(1, device="cuda", dtype=BF16), qk_kernel.GEMV):
+        pytest.skip(f"no cubin at {qk_kernel.cubin_path(qk_kernel.GEMV)} (scripts/build_fi_extra_kernels.sh builds it)")
+    x = torch.randn(m, k, device="cuda", dtype=BF16)
+    w = torch.randn(n, k, device="cuda", dtype=BF16) * 0.02
+    b = torch.randn(n, device="cuda", dtype=BF16) if bias else None
+    want = torch.nn.functional.linear(x.double(), w.double(), None if b is None else b.double())  # float64 oracle
+    got = qk_kernel.gemv(x, w, b)
+    cublas = torch.nn.functional.linear(x, w, b)
+    with Switch(True):
+        routed = layers.linear(x, w, b)
+    torch.cuda.synchronize()
+    report(check="gemv", m=m, k=k, n=n, bias=bias, rel_err=rel(got, want), cublas_rel_err=rel(cublas, want))
+    assert got.shape == (m, n) and not got.isnan().any()
+    assert rel(got, want) < 5e-3 and rel(got, want) < 2 * rel(cublas, want) + 1e-3  # one bf16 rounding of the output
+    assert torch.equal(routed, got)  # the fused switch sends <= 8 bf16 rows here
+    assert qk_kernel.gemv_fits(x, w) and not qk_kernel.gemv_fits(torch.randn(9, k, device="cuda", dtype=BF16), w)
+
+
 def small_config(tmp: pathlib.Path, name: str, layers_: int) -> str:
     dst = tmp / name
     shutil.copytree(CONFIGS / name, dst)
@@ -184,7 +205,7 @@ def test_model_fused_vs_plain_vs_float32(tmp_path, name):
     ref = run_logits(path, torch.float32, prompts, attention="reference")  # the float32 oracle on the GPU
     with Switch(False):
         plain = run_logits(path, BF16, prompts)
-    with Switch(True, qk=False):
+    with Switch(True, own=False):
         fused_fi = run_logits(path, BF16, prompts)
     with Switch(True):
         fused = run_logits(path, BF16, prompts)
