@@ -42,12 +42,14 @@ _FUSED = False
 USE_QK_KERNEL = os.environ.get("MINISGL_QK_KERNEL", "1") != "0"
 
 
-USE_GEMV = os.environ.get("MINISGL_GEMV", "1") != "0"  # likewise for our GEMV (decode batches of <= 8 rows)
+# our GEMV for <= 8 rows: OFF unless MINISGL_GEMV=1. Measured on the H200 (benchmarks/RESULTS.md, issue 16) it
+# beats cuBLAS only on o_proj at batch 1 (6.0 vs 12.4 us) and loses on the other three products, so it stays an
+# experiment: one warp per output row leaves too few loads in flight for a 4-12 MB matrix.
+USE_GEMV = os.environ.get("MINISGL_GEMV", "0") == "1"
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, or under the fused switch, for <= 8 bf16 rows, our GEMV kernel: a single pass over the
-    weight where cuBLAS's tiles for larger batches waste most of the bandwidth."""
+    """F.linear, or (USE_GEMV, under the fused switch, <= 8 bf16 rows) our GEMV kernel: one pass over the weight."""
     if USE_GEMV and x.dtype == torch.bfloat16 and fused_kernels(x) is not None:
         from . import qk_kernel as own
         if own.gemv_fits(x, weight) and own.available(x, own.GEMV):
