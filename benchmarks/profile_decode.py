@@ -1,13 +1,12 @@
 """Issue 16: the GPU kernels of one decode step at batch 1 (Qwen3-0.6B architecture, dummy weights, bf16).
 
-    python benchmarks/profile_decode.py TAG [--plain] [--no-own-kernels] [--bs 1,64] [--json OUT.jsonl]
+    python benchmarks/profile_decode.py TAG [--plain] [--no-qk-kernel] [--bs 1,64] [--json OUT.jsonl]
 
 Profiles one eager step (engine.forward without graphs) and one CUDA-graph replay with torch.profiler,
 prints every distinct kernel with its count per step and mean time, the kernels of one decoder layer in
 launch order (cut out of the replay between two launches of the attention kernel), and times the step
 (graph and eager) and the replay alone. --plain: fused kernels off (as MINISGL_FUSED=0);
---no-own-kernels: FlashInfer's kernels for q/k norm, RoPE and the K/V copy instead of our one-launch kernel,
-and cuBLAS instead of our GEMV.
+--no-qk-kernel: FlashInfer's kernels for q/k norm, RoPE and the K/V copy instead of our one-launch kernel.
 """
 from __future__ import annotations
 
@@ -58,7 +57,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("tag")
     ap.add_argument("--plain", action="store_true")
-    ap.add_argument("--no-own-kernels", action="store_true")
+    ap.add_argument("--no-qk-kernel", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--bs", default="1", help="batch sizes, comma-separated")
     args = ap.parse_args()
@@ -67,8 +66,8 @@ def main() -> None:
     from minisgl_edu.model import layers as L
     if args.plain:
         L._FUSED = None
-    if args.no_own_kernels and hasattr(L, "USE_QK_KERNEL"):
-        L.USE_QK_KERNEL = L.USE_GEMV = False
+    if args.no_qk_kernel and hasattr(L, "USE_QK_KERNEL"):
+        L.USE_QK_KERNEL = False
     sizes = [int(b) for b in args.bs.split(",")]
     llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=max(sizes), cuda_graph_max_bs=max(sizes),
               max_total_tokens=max(sizes) * 1100 + 4096)

@@ -17,13 +17,9 @@ if grep -q "FAILED tests/gpu/test_fused.py::test_one_launch_qk_kernel\|FAILED te
     echo "our qk kernel failed its test: the benchmarks below run FlashInfer's kernels (MINISGL_QK_KERNEL=0)" | tee -a "$LOG"
     export MINISGL_QK_KERNEL=0
 fi
-if grep -q "FAILED tests/gpu/test_fused.py::test_gemv\|FAILED tests/gpu/test_fused.py::test_model" "$LOG"; then
-    echo "our GEMV failed its test: the benchmarks below run cuBLAS (MINISGL_GEMV=0)" | tee -a "$LOG"
-    export MINISGL_GEMV=0
-fi
 if [ -n "$BEFORE" ]; then
     run env PYTHONPATH=$BEFORE:$PYTHONPATH python3 benchmarks/profile_decode.py before --json $P
-    run python3 benchmarks/profile_decode.py fused_flashinfer_only --no-own-kernels --json $P
+    run python3 benchmarks/profile_decode.py fused_flashinfer_only --no-qk-kernel --json $P
 fi
 run python3 benchmarks/profile_decode.py fused --bs 1,8,64,256 --json $P
 run python3 benchmarks/bench_gpu.py p2 p1 p4 pf tokens

@@ -42,21 +42,6 @@ _FUSED = False
 USE_QK_KERNEL = os.environ.get("MINISGL_QK_KERNEL", "1") != "0"
 
 
-# our GEMV for <= 8 rows: OFF unless MINISGL_GEMV=1. Measured on the H200 (benchmarks/RESULTS.md, issue 16) it
-# beats cuBLAS only on o_proj at batch 1 (6.0 vs 12.4 us) and loses on the other three products, so it stays an
-# experiment: one warp per output row leaves too few loads in flight for a 4-12 MB matrix.
-USE_GEMV = os.environ.get("MINISGL_GEMV", "0") == "1"
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear, or (USE_GEMV, under the fused switch, <= 8 bf16 rows) our GEMV kernel: one pass over the weight."""
-    if USE_GEMV and x.dtype == torch.bfloat16 and fused_kernels(x) is not None:
-        from . import qk_kernel as own
-        if own.gemv_fits(x, weight) and own.available(x, own.GEMV):
-            return own.gemv(x, weight, bias)
-    return F.linear(x, weight, bias)
-
-
 def qk_kernel(x: torch.Tensor, backend):
     """The one-launch q/k norm + RoPE + K/V store (qk_kernel.py) for bf16 x under the fused switch,
     with a backend that can attend over K/V already in the pool; else None (FlashInfer's or PyTorch's ops)."""
@@ -124,7 +109,7 @@ class ColumnParallelLinear(nn.Module):
             row += rows
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias)
+        return F.linear(x, self.weight, self.bias)
 
     @classmethod
     def simple(cls, in_features: int, out_features: int, bias: bool = False, merged: int = 1):
@@ -145,7 +130,7 @@ class RowParallelLinear(nn.Module):
         param.copy_(sl[:, self.start:self.start + param.shape[1]])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = all_reduce(linear(x, self.weight))
+        y = all_reduce(F.linear(x, self.weight))
         return y + self.bias if self.bias is not None else y
 
 

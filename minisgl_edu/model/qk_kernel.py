@@ -1,10 +1,9 @@
-"""Chapter 7 — kernels of our own: q/k norm, RoPE and the K/V store of one layer in one launch,
-and a GEMV for the linear layers of a decode batch of <= 8 rows.
+"""Chapter 7 — a kernel of our own: q/k norm, RoPE and the K/V store of one layer in one launch.
 
 FlashInfer has a kernel for each of those steps, so a layer pays four launches for work that
 touches a few kilobytes per token. `qk_norm_rope_store.cu` does all four in one pass over the
 q|k|v buffer (one warp per token and head). It is compiled on the CPU machine to a cubin for the
-H200 (`scripts/build_fi_extra_kernels.sh`), like `gemv.cu`, and launched here through the CUDA driver API with
+H200 (`scripts/build_fi_extra_kernels.sh`) and launched here through the CUDA driver API with
 ctypes: no extension to build, nothing compiled on the GPU machine. Without the cubin (CPU
 machines, other GPUs) `available()` is False and the FlashInfer kernels serve.
 """
@@ -16,8 +15,8 @@ import pathlib
 
 import torch
 
-NAME, GEMV = "qk_norm_rope_store", "gemv_bf16"
-CUBINS = {NAME: "qk_norm_rope_store.cubin", GEMV: "gemv.cubin"}  # kernel -> file (one per .cu)
+NAME = "qk_norm_rope_store"
+CUBINS = {NAME: "qk_norm_rope_store.cubin"}  # kernel -> file (one per .cu)
 _FUNCS: dict[tuple[int, str], object] = {}  # (device index, kernel) -> (libcuda, function), or None: no cubin
 
 
@@ -61,28 +60,6 @@ def _launch(name: str, device: torch.device, blocks: int, threads: int, args: li
 
 def _ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
     return ctypes.c_void_p(t.data_ptr() if t is not None else 0)
-
-
-GEMV_MAX_ROWS = 8  # the kernel keeps one accumulator per row of x in registers
-
-
-def gemv_fits(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Shapes and alignment the GEMV kernel takes: 2D x of <= 8 rows, 16-byte aligned rows, K % 8 == 0."""
-    return (x.dim() == 2 and 0 < x.shape[0] <= GEMV_MAX_ROWS and x.stride(1) == 1 and x.stride(0) % 8 == 0
-            and x.shape[1] % 8 == 0 and x.data_ptr() % 16 == 0 and weight.is_contiguous()
-            and weight.data_ptr() % 16 == 0 and weight.dtype == x.dtype)
-
-
-def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear(x, weight, bias) for a few bf16 rows (check gemv_fits first): one pass over the weight."""
-    m, k = x.shape
-    n = weight.shape[0]
-    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    warps = 8
-    _launch(GEMV, x.device, -(-n // warps), 32 * warps,
-            [_ptr(x), ctypes.c_longlong(x.stride(0)), _ptr(weight), _ptr(bias), _ptr(y),
-             ctypes.c_int(m), ctypes.c_int(n), ctypes.c_int(k)])
-    return y
 
 
 def qk_norm_rope_store(qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim: int, positions: torch.Tensor,

@@ -36,11 +36,11 @@ class Switch:
         self.fused, self.own = fused, own  # own=False: FlashInfer's kernels only, not ours (qk_kernel.py)
 
     def __enter__(self):
-        self.saved = layers._FUSED, layers.USE_QK_KERNEL, layers.USE_GEMV
-        layers._FUSED, layers.USE_QK_KERNEL, layers.USE_GEMV = (False if self.fused else None), self.own, self.own
+        self.saved = layers._FUSED, layers.USE_QK_KERNEL
+        layers._FUSED, layers.USE_QK_KERNEL = (False if self.fused else None), self.own
 
     def __exit__(self, *exc):
-        layers._FUSED, layers.USE_QK_KERNEL, layers.USE_GEMV = self.saved
+        layers._FUSED, layers.USE_QK_KERNEL = self.saved
 
 
 def test_fused_add_rmsnorm_matches_plain():
@@ -137,27 +137,6 @@ def test_one_launch_qk_kernel_matches_plain(qh, kvh, d, qk_norm):
     untouched[loc] = False
     assert kp[untouched].isnan().all() and vp[untouched].isnan().all()  # nothing written outside out_loc
     assert not kp[loc].isnan().any()
-
-
-@pytest.mark.parametrize("m,k,n,bias", [(1, 1024, 4096, False), (3, 2048, 1024, False), (8, 3072, 1024, True),
-                                         (5, 576, 1731, True), (8, 1024, 6144, False)])
-def test_gemv_matches_f_linear(m, k, n, bias):
-    if not qk_kernel.available(torch.empty(1, device="cuda", dtype=BF16), qk_kernel.GEMV):
-        pytest.skip(f"no cubin at {qk_kernel.cubin_path(qk_kernel.GEMV)} (scripts/build_fi_extra_kernels.sh builds it)")
-    x = torch.randn(m, k, device="cuda", dtype=BF16)
-    w = torch.randn(n, k, device="cuda", dtype=BF16) * 0.02
-    b = torch.randn(n, device="cuda", dtype=BF16) if bias else None
-    want = torch.nn.functional.linear(x.double(), w.double(), None if b is None else b.double())  # float64 oracle
-    got = qk_kernel.gemv(x, w, b)
-    cublas = torch.nn.functional.linear(x, w, b)
-    with Switch(True):
-        routed = layers.linear(x, w, b)
-    torch.cuda.synchronize()
-    report(check="gemv", m=m, k=k, n=n, bias=bias, rel_err=rel(got, want), cublas_rel_err=rel(cublas, want))
-    assert got.shape == (m, n) and not got.isnan().any()
-    assert rel(got, want) < 5e-3 and rel(got, want) < 2 * rel(cublas, want) + 1e-3  # one bf16 rounding of the output
-    assert torch.equal(routed, got)  # the fused switch sends <= 8 bf16 rows here
-    assert qk_kernel.gemv_fits(x, w) and not qk_kernel.gemv_fits(torch.randn(9, k, device="cuda", dtype=BF16), w)
 
 
 def small_config(tmp: pathlib.Path, name: str, layers_: int) -> str:
