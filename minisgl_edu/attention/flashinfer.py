@@ -136,6 +136,10 @@ class FlashInferBackend(AttentionBackend):
         """Attention over K/V already in the pool (the model's one-launch kernel stored them)."""
         return batch.attn_metadata.wrapper.run(q, self.pages[layer])
 
+    def store_locations(self, batch) -> torch.Tensor:
+        """This step's out_loc as int64, for a kernel that writes K/V into the pool itself."""
+        return batch.attn_metadata.out_loc
+
 
 def side_by_side(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
     """[2, tokens, heads, head_dim] view of K and V when V's columns follow K's in one buffer (the

@@ -45,7 +45,8 @@ USE_QK_KERNEL = os.environ.get("MINISGL_QK_KERNEL", "1") != "0"
 def qk_kernel(x: torch.Tensor, backend):
     """The one-launch q/k norm + RoPE + K/V store (qk_kernel.py) for bf16 x under the fused switch,
     with a backend that can attend over K/V already in the pool; else None (FlashInfer's or PyTorch's ops)."""
-    if not USE_QK_KERNEL or fused_kernels(x) is None or x.dtype != torch.bfloat16 or not hasattr(backend, "attend"):
+    if not USE_QK_KERNEL or fused_kernels(x) is None or x.dtype != torch.bfloat16 or not hasattr(backend, "attend") \
+            or not hasattr(backend, "store_locations"):
         return None
     from . import qk_kernel as qk
     return qk if qk.available(x) else None

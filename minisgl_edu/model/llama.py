@@ -62,7 +62,7 @@ class Attention(nn.Module):
         if (qk := qk_kernel(qkv, backend)) is not None:  # one launch: q/k norm, RoPE, K/V into the pool
             norm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if self.qk_norm else (None, None, 0.0)
             qk.qk_norm_rope_store(qkv, self.q_heads, self.kv_heads, self.head_dim, positions, self.rope.cos_sin, *norm,
-                                  backend.kv.k[self.layer_id], backend.kv.v[self.layer_id], batch.attn_metadata.out_loc)
+                                  backend.kv.k[self.layer_id], backend.kv.v[self.layer_id], backend.store_locations(batch))
             o = backend.attend(qkv[:, :qd].unflatten(-1, (self.q_heads, self.head_dim)), self.layer_id, batch)
             return self.o_proj(o.reshape(-1, qd))
         q, k, v = qkv.split([qd, kvd, kvd], dim=-1)
