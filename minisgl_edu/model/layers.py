@@ -19,7 +19,9 @@ from ..tp import all_gather_last_dim, all_reduce, get_tp_info, shard_range
 
 def fused_kernels(x: torch.Tensor):
     """FlashInfer's fused RMSNorm / RoPE / SiLU-and-mul for a 16-bit CUDA tensor, or None (then plain
-    PyTorch ops). Same maths, fewer kernels: a decode step is dominated by per-kernel cost, not by arithmetic."""
+    PyTorch ops). Same maths, fewer kernels: a decode step is dominated by per-kernel cost, not by arithmetic.
+    The one switch for every fusion (issue 16): the residual add in the norm, the in-place q/k norm and
+    RoPE, the one-copy K/V store and our q/k kernel (qk_kernel.py) all ask here first."""
     global _FUSED
     if not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16):  # the kernels are 16-bit only
         return None
