@@ -1,12 +1,14 @@
 """GPU benchmarks P1-P4 on the Qwen3-0.6B architecture with dummy weights (bf16).
 
-    python benchmarks/bench_gpu.py [p1] [p2] [p4] [p2x] [--baseline hf]
+    python benchmarks/bench_gpu.py [p1] [p2] [p4] [p2x] [pf] [tokens] [--baseline hf]
 
 P1  offline throughput on the anchors' workload, next to its memory floor
 P2  decode step time at batch 1, 8, 64, 256 (context ~1k), eager vs CUDA graph, next to the floor
     (P3 is the same table read at batch 1: graph vs eager and vs floor)
 P4  overlap scheduling on vs off at batch 64: throughput and GPU idle share between steps
 P2x an experiment: P2 at batch 1 and 256 with RMSNorm swapped for torch's fused rms_norm
+PF  prefill of the anchors' 256 prompts against its compute floor (bf16 matmul rate measured in the run)
+tokens  greedy tokens with the fused kernels on vs off over P4's 64-request workload
 
 Each prints a table, appends rows to benchmarks/results.json and rewrites benchmarks/RESULTS.md's
 generated table (the text around it is kept).
@@ -138,6 +140,13 @@ def p2(llm: LLM, bw: float) -> None:
             count_kernels(eng, batch)
         eng.graphs = graphs
         graph = time_steps(lambda: eng.forward(batch), iters=100)
+        eng.timeline = []  # CPU time of each graph step: is the step bound by the host?
+        time_steps(lambda: eng.forward(batch), iters=30)
+        cpu = float(np.median([t1 - t0 for t0, t1, _, _ in eng.timeline[5:]]))
+        eng.timeline = None
+        record(f"p2_decode_step_bs{bs}_graph_cpu", cpu * 1e3, "ms", cpu / graph,
+               "median CPU time of Engine._forward per graph step (prepare, plan, replay, sampling launches); "
+               "ratio = CPU time / step time (near 1: the step waits on the host, not the GPU)")
         g = graphs.graphs[graphs.padded_size(bs)]  # the replay alone: GPU time of the captured forward
         replay = time_steps(g.replay, iters=100)
         release(eng, batch)
@@ -182,6 +191,81 @@ def p4(llm: LLM) -> None:
            f"median gap {np.median(st_on.gap_ms) * 1e3:.0f} us, median step {np.median(st_on.step_gpu_ms):.3f} ms")
 
 
+# ---- prefill vs its compute floor (issue 16) ------------------------------------------------------
+def matmul_rate(n: int = 8192, iters: int = 10) -> float:
+    """bf16 FLOP/s of an n×n×n product on random data (mean of `iters` after 3 warm-ups)."""
+    a, b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16), torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        a @ b
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(iters):
+        a @ b
+    e.record()
+    e.synchronize()
+    return 2 * n**3 * iters / (s.elapsed_time(e) / 1e3)
+
+
+def pf(llm: LLM) -> None:
+    """Prefill of all 256 anchors' prompts (one output token each) against 2 × params × tokens at the
+    measured bf16 matmul rate; params = the weights every token multiplies (not the embedding table, and
+    not the LM head, which runs for the sampled rows only); attention's own FLOPs are left out."""
+    print("\nPF prefill throughput vs its compute floor (256 anchors' prompts)", flush=True)
+    rate = matmul_rate()
+    record("bf16_matmul_rate", rate / 1e12, "TFLOP/s", None, "8192^3 bf16 product on random data, mean of 10")
+    prompts, _ = anchors_workload()
+    eng = llm.engine
+    params = sum(p.numel() for n, p in eng.model.named_parameters() if "embed_tokens" not in n and "lm_head" not in n)
+    tokens = sum(map(len, prompts))
+    for budget in (8192, 16384):
+        sched = fresh_scheduler(llm, overlap=True)
+        sched.max_prefill_tokens = budget
+        llm.generate(prompts[:4], SamplingParams(max_tokens=1), use_tqdm=False)  # warm-up
+        fresh_scheduler(llm, overlap=True).max_prefill_tokens = budget
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        llm.generate(prompts, SamplingParams(max_tokens=1, ignore_eos=True), use_tqdm=False)
+        torch.cuda.synchronize()
+        dt = time.perf_counter() - t
+        floor = 2 * params * tokens / rate
+        record(f"prefill_throughput_budget{budget}", tokens / dt, "tok/s", floor / dt,
+               f"{tokens} prompt tokens in {dt * 1e3:.0f} ms; ratio = compute floor / time "
+               f"(2 x {params / 1e6:.0f}M params x tokens at {rate / 1e12:.0f} TFLOP/s = {floor * 1e3:.0f} ms); "
+               f"max_prefill_tokens {budget}")
+
+
+# ---- greedy tokens, fused kernels on vs off (issue 16) --------------------------------------------
+def overlap_workload():
+    import random
+    rnd = random.Random(4)
+    return [[rnd.randint(0, 10000) for _ in range(512)] for _ in range(64)], SamplingParams(max_tokens=512, ignore_eos=True)
+
+
+def tokens_parity(llm: LLM):
+    """The 64-request overlap workload (P4's) with the fused kernels on, then on a fresh engine with them
+    off (MINISGL_FUSED=0's switch): how many requests' greedy tokens are identical, and where they part."""
+    from minisgl_edu.model import layers
+    print("\nTokens: fused kernels on vs off, P4's 64-request workload, greedy, overlap on", flush=True)
+    prompts, params = overlap_workload()
+    fresh_scheduler(llm, overlap=True)
+    on = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+    saved = layers._FUSED
+    layers._FUSED = None  # off: plain PyTorch ops (the engine below captures its graphs with them)
+    try:
+        off_llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=64, cuda_graph_max_bs=64,
+                      max_total_tokens=70_000)
+        off = [o["token_ids"] for o in off_llm.generate(prompts, params, use_tqdm=False)]
+        del off_llm
+    finally:
+        layers._FUSED = saved
+    same = sum(a == b for a, b in zip(on, off))
+    first = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a)) for a, b in zip(on, off)]
+    record("tokens_fused_eq_plain_requests", same, "of 64", same / 64,
+           f"greedy, 512 tokens each; first token equal in {sum(f > 0 for f in first)}/64; median first "
+           f"difference at token {int(np.median(first))}; tokens equal before the first difference "
+           f"{sum(first)}/{64 * 512}")
+
+
 # ---- P2x: an experiment, not the library ------------------------------------------------------
 def p2x(bw: float) -> None:
     """How much of the gap is RMSNorm's chain of small kernels? Swap in torch's fused rms_norm (a
@@ -216,7 +300,7 @@ def write_results() -> None:
     md = ROOT / "benchmarks" / "RESULTS.md"
     latest = {}
     for r in old + ROWS:
-        if r["hardware"] != "cpu" and r["metric"].startswith(("p1", "p2", "p3", "p4", "copy_bandwidth")):
+        if r["hardware"] != "cpu" and r["metric"].startswith(("p1", "p2", "p3", "p4", "copy_bandwidth", "prefill", "bf16", "tokens")):
             latest[r["metric"]] = r
     lines = ["<!-- gpu-table:start (generated by benchmarks/bench_gpu.py from results.json) -->",
              "| metric | value | unit | ratio | hardware | date | commit |", "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -249,6 +333,10 @@ def main() -> None:
             p2(llm, bw)
         if "p4" in args.parts:
             p4(llm)
+        if "pf" in args.parts:
+            pf(llm)
+        if "tokens" in args.parts:
+            tokens_parity(llm)
         if "p2x" in args.parts:
             del llm
             import gc

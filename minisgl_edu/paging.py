@@ -63,8 +63,8 @@ class KVCache:
                  dtype: torch.dtype, device: torch.device):
         num_slots = (num_pages + 1) * page_size
         # empty, not zeros: untouched slots cost no memory on the CPU; the dummy page is zeroed
-        self.k = torch.empty(num_layers, num_slots, kv_heads, head_dim, dtype=dtype, device=device)
-        self.v = torch.empty_like(self.k)
+        self.kv = torch.empty(2, num_layers, num_slots, kv_heads, head_dim, dtype=dtype, device=device)
+        self.k, self.v = self.kv[0], self.kv[1]  # K and V side by side: one copy can write both (store_kv)
         self.k[:, num_pages * page_size:].zero_()
         self.v[:, num_pages * page_size:].zero_()
         self.dummy_page = num_pages
@@ -72,6 +72,10 @@ class KVCache:
     def store(self, layer: int, out_loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         self.k[layer][out_loc] = k
         self.v[layer][out_loc] = v
+
+    def store_kv(self, layer: int, out_loc: torch.Tensor, kv: torch.Tensor) -> None:
+        """`store` in one kernel: kv is [2, tokens, kv_heads, head_dim] (K then V, any strides)."""
+        self.kv[:, layer].index_copy_(1, out_loc, kv)
 
 
 class PagePool:

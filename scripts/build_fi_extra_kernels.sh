@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Build FlashInfer's fused RMSNorm / RoPE / SiLU-and-mul kernels for the H200 (sm_90a) on this CPU
-# machine, next to the attention kernels that ../shared/device/bundle.sh put in .gpu/fi_aot/, so the
-# GPU machine compiles nothing. Same recipe as bundle.sh step 3, for more modules.
+# Build FlashInfer's fused RMSNorm (+ fused residual add, q/k head norm) / RoPE / SiLU-and-mul kernels
+# for the H200 (sm_90a) on this CPU machine, next to the attention kernels that ../shared/device/bundle.sh
+# put in .gpu/fi_aot/, so the GPU machine compiles nothing. Same recipe as bundle.sh step 3, for more
+# modules. Then our own one-launch q/k norm + RoPE + K/V store kernel (minisgl_edu/model/qk_kernel.py)
+# as a cubin in .gpu/kernels/. ONLY_CUBIN=1 builds just that (seconds).
 set -euo pipefail
 OUTDIR=${GPU_BUNDLE_DIR:-.gpu}
+SRC=$(cd "$(dirname "$0")/.." && pwd)/minisgl_edu/model
+mkdir -p "$OUTDIR/kernels"
+for k in qk_norm_rope_store; do
+  ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -cubin -arch=sm_90a -O3 -o "$OUTDIR/kernels/$k.cubin" "$SRC/$k.cu"
+  echo "built $OUTDIR/kernels/$k.cubin"
+done
+[ "${ONLY_CUBIN:-0}" = 1 ] && exit 0
 VENV=${FI_VENV:-$(mktemp -d)/venv}
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from ..model.layers import fused_kernels
 from ..req import Batch
 from .base import AttentionBackend
 from .metadata import KernelArgs
@@ -73,5 +74,26 @@ class FlashInferBackend(AttentionBackend):
 
     def forward(self, q, k, v, layer, batch):
         md: FIMetadata = batch.attn_metadata
-        self.kv.store(layer, md.out_loc, k, v)
-        return md.wrapper.run(q, self.pages[layer])
+        if fused_kernels(k) is not None and (kv := side_by_side(k, v)) is not None:
+            self.kv.store_kv(layer, md.out_loc, kv)  # K and V in one copy
+        else:
+            self.kv.store(layer, md.out_loc, k, v)
+        return self.attend(q, layer, batch)
+
+    def attend(self, q, layer, batch):
+        """Attention over K/V already in the pool (the model's one-launch kernel stored them)."""
+        return batch.attn_metadata.wrapper.run(q, self.pages[layer])
+
+    def store_locations(self, batch) -> torch.Tensor:
+        """This step's out_loc as int64, for a kernel that writes K/V into the pool itself."""
+        return batch.attn_metadata.out_loc
+
+
+def side_by_side(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
+    """[2, tokens, heads, head_dim] view of K and V when V's columns follow K's in one buffer (the
+    q|k|v projection's output, with q/k norm and RoPE done in place), else None."""
+    n, heads, d = k.shape
+    if k.stride(1) != d or k.stride(2) != 1 or v.stride() != k.stride() or \
+            v.data_ptr() != k.data_ptr() + heads * d * k.element_size():
+        return None
+    return k.as_strided((2, n, heads, d), (heads * d, k.stride(0), d, 1))

@@ -17,7 +17,9 @@ from ..tp import all_gather_last_dim, all_reduce, get_tp_info, shard_range
 
 def fused_kernels(x: torch.Tensor):
     """FlashInfer's fused RMSNorm / RoPE / SiLU-and-mul for a 16-bit CUDA tensor, or None (then plain
-    PyTorch ops). Same maths, fewer kernels: a decode step is dominated by per-kernel cost, not by arithmetic."""
+    PyTorch ops). Same maths, fewer kernels: a decode step is dominated by per-kernel cost, not by arithmetic.
+    The one switch for every fusion (issue 16): the residual add in the norm, the in-place q/k norm and
+    RoPE, the one-copy K/V store and our q/k kernel (qk_kernel.py) all ask here first."""
     global _FUSED
     if not _FUSED_ON or not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16):  # the kernels are 16-bit only
         return None
@@ -39,6 +41,19 @@ def use_fused_kernels(on: bool) -> None:
 
 
 _FUSED, _FUSED_ON = False, True
+# with fused kernels on: our one-launch q/k norm + RoPE + K/V store where its cubin exists (MINISGL_QK_KERNEL=0:
+# FlashInfer's kernels for those steps instead; an experiment's knob under the one switch above)
+USE_QK_KERNEL = os.environ.get("MINISGL_QK_KERNEL", "1") != "0"
+
+
+def qk_kernel(x: torch.Tensor, backend):
+    """The one-launch q/k norm + RoPE + K/V store (qk_kernel.py) for bf16 x under the fused switch,
+    with a backend that can attend over K/V already in the pool; else None (FlashInfer's or PyTorch's ops)."""
+    if not USE_QK_KERNEL or fused_kernels(x) is None or x.dtype != torch.bfloat16 or not hasattr(backend, "attend") \
+            or not hasattr(backend, "store_locations"):
+        return None
+    from . import qk_kernel as qk
+    return qk if qk.available(x) else None
 
 
 def _param(*shape: int, load=None, full_shape: tuple[int, ...] | None = None, load_full=None) -> nn.Parameter:
@@ -54,9 +69,22 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight, self.eps = _param(dim), eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (fi := fused_kernels(x)) is not None:  # one kernel instead of seven
-            return fi.norm.rmsnorm(x.reshape(-1, x.shape[-1]), self.weight, self.eps).view(x.shape)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, inplace: bool = False):
+        """rmsnorm(x) over the last dim of a [tokens, dim] or [tokens, heads, head_dim] tensor; with a
+        residual, (rmsnorm(x + residual), x + residual): the decoder's residual add rides along.
+        inplace=True lets the fused kernel write over x (a q or k view inside the q|k|v buffer)."""
+        if (fi := fused_kernels(x)) is not None:
+            if residual is not None:  # one kernel: residual += x, then x = rmsnorm(residual), both in place
+                fi.norm.fused_add_rmsnorm(x, residual, self.weight, self.eps)
+                return x, residual
+            flat = x if x.dim() in (2, 3) else x.reshape(-1, x.shape[-1])  # 3D: any head stride, no copy
+            return fi.norm.rmsnorm(flat, self.weight, self.eps, out=flat if inplace else None).view(x.shape)
+        if residual is not None:
+            residual = residual + x
+            return self._plain(residual), residual
+        return self._plain(x)
+
+    def _plain(self, x: torch.Tensor) -> torch.Tensor:
         # in float32, as Hugging Face does, whatever the model dtype
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -164,11 +192,10 @@ class RotaryEmbedding(nn.Module):
         self.register_buffer("cos_sin", torch.cat([self.cos[:, :half], self.sin[:, :half]], -1), persistent=False)
 
     def forward(self, positions: torch.Tensor, q: torch.Tensor, k: torch.Tensor):
-        if (fi := fused_kernels(q)) is not None:  # one in-place kernel for q and k
-            shape_q, shape_k, d = q.shape, k.shape, q.shape[-1]
-            q, k = q.reshape(len(q), -1).contiguous(), k.reshape(len(k), -1).contiguous()
-            fi.rope.apply_rope_with_cos_sin_cache_inplace(positions, q, k, d, self.cos_sin, is_neox=True)
-            return q.view(shape_q), k.view(shape_k)
+        if (fi := fused_kernels(q)) is not None:  # one kernel, in place on the strided q/k views: no copies
+            fi.rope.apply_rope_with_cos_sin_cache_inplace(positions, q.flatten(1), k.flatten(1), q.shape[-1],
+                                                          self.cos_sin, is_neox=True)
+            return q, k
         cos = self.cos[positions].to(q.dtype)[:, None, :]  # [tokens, 1, head_dim]
         sin = self.sin[positions].to(q.dtype)[:, None, :]
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin

@@ -10,7 +10,7 @@ from torch import nn
 
 from ..tp import DistributedInfo, get_tp_info
 from .layers import (ColumnParallelLinear, ParallelLMHead, RMSNorm, RotaryEmbedding, RowParallelLinear,
-                     VocabParallelEmbedding, silu_and_mul)
+                     VocabParallelEmbedding, qk_kernel, silu_and_mul)
 
 
 def head_layout(num_heads: int, num_kv_heads: int, tp: DistributedInfo | None = None) -> tuple[int, int, int, int]:
@@ -60,12 +60,19 @@ class Attention(nn.Module):
 
     def forward(self, h: torch.Tensor, positions: torch.Tensor, backend, batch) -> torch.Tensor:
         qd, kvd = self.q_heads * self.head_dim, self.kv_heads * self.head_dim
-        q, k, v = self.qkv_proj(h).split([qd, kvd, kvd], dim=-1)
-        q = q.reshape(-1, self.q_heads, self.head_dim)
-        k = k.reshape(-1, self.kv_heads, self.head_dim)
-        v = v.reshape(-1, self.kv_heads, self.head_dim)
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
+        qkv = self.qkv_proj(h)
+        if (qk := qk_kernel(qkv, backend)) is not None:  # one launch: q/k norm, RoPE, K/V into the pool
+            norm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if self.qk_norm else (None, None, 0.0)
+            qk.qk_norm_rope_store(qkv, self.q_heads, self.kv_heads, self.head_dim, positions, self.rope.cos_sin, *norm,
+                                  backend.kv.k[self.layer_id], backend.kv.v[self.layer_id], backend.store_locations(batch))
+            o = backend.attend(qkv[:, :qd].unflatten(-1, (self.q_heads, self.head_dim)), self.layer_id, batch)
+            return self.o_proj(o.reshape(-1, qd))
+        q, k, v = qkv.split([qd, kvd, kvd], dim=-1)
+        q = q.unflatten(-1, (self.q_heads, self.head_dim))  # views into the q|k|v buffer, no copies
+        k = k.unflatten(-1, (self.kv_heads, self.head_dim))
+        v = v.unflatten(-1, (self.kv_heads, self.head_dim))
+        if self.qk_norm:  # fused: in place, so K stays next to V for a one-copy store
+            q, k = self.q_norm(q, inplace=True), self.k_norm(k, inplace=True)
         q, k = self.rope(positions, q, k)
         o = backend.forward(q, k, v, self.layer_id, batch)
         return self.o_proj(o.reshape(-1, qd))
@@ -89,9 +96,15 @@ class DecoderLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = mlp if mlp is not None else MLP(cfg)
 
-    def forward(self, h, positions, backend, batch):
-        h = h + self.self_attn(self.input_layernorm(h), positions, backend, batch)
-        return h + self.mlp(self.post_attention_layernorm(h))
+    def forward(self, h, positions, backend, batch, residual=None):
+        """(output, residual): the residual stream h + attn + mlp is carried apart from the layer's
+        output, so each add joins the next norm (fused: one kernel) instead of a kernel of its own."""
+        if residual is None:  # the first layer: the embeddings are the residual stream
+            residual, h = h, self.input_layernorm(h)
+        else:
+            h, residual = self.input_layernorm(h, residual)
+        h, residual = self.post_attention_layernorm(self.self_attn(h, positions, backend, batch), residual)
+        return self.mlp(h), residual
 
 
 class LlamaForCausalLM(nn.Module):
@@ -114,10 +127,10 @@ class LlamaForCausalLM(nn.Module):
 
     def forward(self, input_ids, positions, backend, batch) -> torch.Tensor:
         """Hidden states of every token in the batch, shape [tokens, hidden]."""
-        h = self.embed_tokens(input_ids)
+        h, residual = self.embed_tokens(input_ids), None
         for layer in self.layers:
-            h = layer(h, positions, backend, batch)
-        return self.norm(h)
+            h, residual = layer(h, positions, backend, batch, residual)
+        return self.norm(h, residual)[0]
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         return self.lm_head(h).float()

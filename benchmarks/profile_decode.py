@@ -1,0 +1,126 @@
+"""Issue 16: the GPU kernels of one decode step at batch 1 (Qwen3-0.6B architecture, dummy weights, bf16).
+
+    python benchmarks/profile_decode.py TAG [--plain] [--no-qk-kernel] [--bs 1,64] [--json OUT.jsonl]
+
+Profiles one eager step (engine.forward without graphs) and one CUDA-graph replay with torch.profiler,
+prints every distinct kernel with its count per step and mean time, the kernels of one decoder layer in
+launch order (cut out of the replay between two launches of the attention kernel), and times the step
+(graph and eager) and the replay alone. --plain: fused kernels off (as MINISGL_FUSED=0);
+--no-qk-kernel: FlashInfer's kernels for q/k norm, RoPE and the K/V copy instead of our one-launch kernel.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+QWEN = str(ROOT / "benchmarks" / "configs" / "qwen3-0.6b")
+
+
+def kernels(fn) -> list[tuple[str, float]]:
+    """(name, µs) of every GPU operation `fn` ran, in start order."""
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    evs = sorted((e for e in prof.events() if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start)
+    return [(e.name, e.time_range.elapsed_us()) for e in evs]
+
+
+def short(name: str, width: int = 90) -> str:
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def one_layer(ks: list[tuple[str, float]], layers: int) -> list[tuple[str, float]]:
+    """The launches between the 2nd and 3rd launch of a kernel that runs exactly once per layer (attention)."""
+    names = [n for n, _ in ks]
+    for cand in dict.fromkeys(names):
+        if names.count(cand) == layers and ("Decode" in cand or "decode" in cand or "Attention" in cand):
+            idx = [i for i, n in enumerate(names) if n == cand]
+            period = idx[2] - idx[1]
+            # mean time of each position of the cycle over all full layers
+            out = []
+            for j in range(period):
+                ts = [ks[i + j][1] for i in idx[:-1] if i + j < len(ks)]
+                out.append((ks[idx[1] + j][0], sum(ts) / len(ts)))
+            return out
+    return []
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("tag")
+    ap.add_argument("--plain", action="store_true")
+    ap.add_argument("--no-qk-kernel", action="store_true")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--bs", default="1", help="batch sizes, comma-separated")
+    args = ap.parse_args()
+    from minisgl_edu import LLM
+    from minisgl_edu.bench import make_decode_batch, release
+    from minisgl_edu.model import layers as L
+    if args.plain:
+        L._FUSED = None
+    if args.no_qk_kernel and hasattr(L, "USE_QK_KERNEL"):
+        L.USE_QK_KERNEL = False
+    sizes = [int(b) for b in args.bs.split(",")]
+    llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=max(sizes), cuda_graph_max_bs=max(sizes),
+              max_total_tokens=max(sizes) * 1100 + 4096)
+    eng = llm.engine
+    nl = eng.model_config.num_hidden_layers
+    rows = []
+    for bs in sizes:
+        batch = make_decode_batch(eng, bs, 1024, seed=1)
+        rows.append(profile_batch(args.tag, eng, batch, nl))
+        release(eng, batch)
+    if args.json:
+        with open(args.json, "a") as f:  # one line per profiled variant and batch size
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+
+
+def profile_batch(tag, eng, batch, nl) -> dict:
+    from minisgl_edu.bench import time_steps
+    graphs = eng.graphs
+    eng.graphs = None
+    eager = kernels(lambda: eng.forward(batch))
+    t_eager = time_steps(lambda: eng.forward(batch), iters=30)
+    eng.graphs = graphs
+    t_graph = time_steps(lambda: eng.forward(batch), iters=100)
+    g = graphs.graphs[graphs.padded_size(batch.size)]
+    t_replay = time_steps(g.replay, iters=200)
+    eng.forward(batch)  # plan the graph's wrapper for this batch before profiling the replay alone
+    replay = kernels(g.replay)
+    layer = one_layer(replay, nl)
+    print(f"\n== {tag}: batch {batch.size}, ctx 1024, {nl} layers")
+    print(f"eager step: {len(eager)} GPU ops ({len(eager) / nl:.1f} per layer); graph replay: {len(replay)} kernels; "
+          f"one layer: {len(layer)} kernels, {sum(t for _, t in layer):.1f} us")
+    print(f"step time: graph {t_graph * 1e3:.3f} ms, eager {t_eager * 1e3:.3f} ms, replay alone {t_replay * 1e3:.3f} ms")
+    print("one decoder layer (graph replay), launch order, mean us over the layers:")
+    for name, t in layer:
+        print(f"  {t:7.2f}  {short(name)}")
+    first = next((i for i, (n, _) in enumerate(eager) if "Decode" in n or "Prefill" in n), 0)
+    print("eager step, the ops around the layers (before the first attention kernel, and the last 12):")
+    for name, t in eager[:first] + [("...", 0.0)] + eager[-12:]:
+        print(f"  {t:7.2f}  {short(name)}")
+    counts: dict[str, list[float]] = {}
+    for n, t in eager:
+        counts.setdefault(n, []).append(t)
+    print("eager step, every distinct GPU op: count, mean us")
+    for n, ts in sorted(counts.items(), key=lambda kv: -len(kv[1])):
+        print(f"  {len(ts):5d} {sum(ts) / len(ts):8.2f}  {short(n)}")
+    return dict(tag=tag, bs=batch.size, layers=nl, eager_ops=len(eager), replay_kernels=len(replay), layer=layer,
+                step_graph_ms=t_graph * 1e3, step_eager_ms=t_eager * 1e3, replay_ms=t_replay * 1e3,
+                replay_us_total=sum(t for _, t in replay),
+                eager_counts={n: [len(ts), sum(ts) / len(ts)] for n, ts in counts.items()})
+
+
+
+
+if __name__ == "__main__":
+    sys.exit(main())

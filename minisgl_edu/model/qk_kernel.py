@@ -1,0 +1,82 @@
+"""Chapter 7 — a kernel of our own: q/k norm, RoPE and the K/V store of one layer in one launch.
+
+FlashInfer has a kernel for each of those steps, so a layer pays four launches for work that
+touches a few kilobytes per token. `qk_norm_rope_store.cu` does all four in one pass over the
+q|k|v buffer (one warp per token and head). It is compiled on the CPU machine to a cubin for the
+H200 (`scripts/build_fi_extra_kernels.sh`) and launched here through the CUDA driver API with
+ctypes: no extension to build, nothing compiled on the GPU machine. Without the cubin (CPU
+machines, other GPUs) `available()` is False and the FlashInfer kernels serve.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import pathlib
+
+import torch
+
+NAME = "qk_norm_rope_store"
+CUBINS = {NAME: "qk_norm_rope_store.cubin"}  # kernel -> file (one per .cu)
+_FUNCS: dict[tuple[int, str], object] = {}  # (device index, kernel) -> (libcuda, function), or None: no cubin
+
+
+def cubin_path(name: str = NAME) -> pathlib.Path:
+    root = pathlib.Path(__file__).resolve().parents[2]
+    return pathlib.Path(os.environ.get("MINISGL_CUBIN_DIR", root / ".gpu" / "kernels")) / CUBINS[name]
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        raise RuntimeError(f"CUDA driver call {what} failed with error {rc}")
+
+
+def _kernel(device: torch.device, name: str = NAME):
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if (idx, name) not in _FUNCS:
+        path = cubin_path(name)
+        if not path.exists() or torch.cuda.get_device_capability(idx) != (9, 0):  # built for sm_90a only
+            _FUNCS[idx, name] = None
+        else:
+            cuda = ctypes.CDLL("libcuda.so.1")
+            with torch.cuda.device(idx):
+                torch.empty(1, device=f"cuda:{idx}")  # makes the device's primary context current here
+                mod, fn = ctypes.c_void_p(), ctypes.c_void_p()
+                _check(cuda.cuModuleLoadData(ctypes.byref(mod), path.read_bytes()), "cuModuleLoadData")
+                _check(cuda.cuModuleGetFunction(ctypes.byref(fn), mod, name.encode()), "cuModuleGetFunction")
+            _FUNCS[idx, name] = (cuda, fn)
+    return _FUNCS[idx, name]
+
+
+def available(x: torch.Tensor, name: str = NAME) -> bool:
+    return x.is_cuda and x.dtype == torch.bfloat16 and _kernel(x.device, name) is not None
+
+
+def _launch(name: str, device: torch.device, blocks: int, threads: int, args: list) -> None:
+    cuda, fn = _kernel(device, name)
+    params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])  # void** kernelParams
+    stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+    _check(cuda.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, stream, params, None), "cuLaunchKernel")
+
+
+def _ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
+    return ctypes.c_void_p(t.data_ptr() if t is not None else 0)
+
+
+def qk_norm_rope_store(qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim: int, positions: torch.Tensor,
+                       cos_sin: torch.Tensor, q_w: torch.Tensor | None, k_w: torch.Tensor | None, eps: float,
+                       k_pool: torch.Tensor, v_pool: torch.Tensor, out_loc: torch.Tensor) -> None:
+    """In place on qkv [tokens, (q_heads + 2 kv_heads) * head_dim]: q = rope(norm(q)); and
+    k_pool[out_loc] = rope(norm(k)), v_pool[out_loc] = v. Norms are skipped when q_w is None."""
+    n = qkv.shape[0]
+    if n == 0:
+        return
+    assert qkv.stride(1) == 1 and head_dim % 64 == 0 and head_dim <= 256 and cos_sin.shape[1] == head_dim
+    assert cos_sin.dtype == torch.float32 and cos_sin.is_contiguous()
+    positions, out_loc = positions.long(), out_loc.long()  # no-ops when already int64 (the engine's case)
+    assert k_pool.is_contiguous() and v_pool.is_contiguous() and k_pool.shape[1:] == (kv_heads, head_dim)
+    warps_per_block = 4
+    blocks = -(-n * (q_heads + kv_heads) // warps_per_block)
+    _launch(NAME, qkv.device, blocks, 32 * warps_per_block,
+            [_ptr(qkv), ctypes.c_longlong(qkv.stride(0)), ctypes.c_int(n), ctypes.c_int(q_heads),
+             ctypes.c_int(kv_heads), ctypes.c_int(head_dim), _ptr(positions), _ptr(cos_sin), _ptr(q_w), _ptr(k_w),
+             ctypes.c_float(eps), _ptr(k_pool), _ptr(v_pool), _ptr(out_loc)])
