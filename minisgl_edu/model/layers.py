@@ -8,6 +8,8 @@ rank then holds a piece of the *same* model.
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import torch.nn.functional as F
 from torch import nn
