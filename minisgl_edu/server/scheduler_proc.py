@@ -160,8 +160,8 @@ def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid:
     try:
         scheduler_loop(Rank(sched, io, cfg, name))
     except BaseException as e:
-        log.exception("%s failed", name)
-        send_ack(addrs.ack, name, e)  # LLM(tp>1) raises RankFailed with it (every failing rank says why)
+        log.exception("%s failed", name)  # the server's log (the launcher has stopped reading acks)
+        send_ack(addrs.ack, name, e)  # LLM(tp>1) raises RankFailed with it
         exit_child(1)
     exit_child(0)
 
