@@ -30,6 +30,8 @@ from .messages import (AbortMsg, BatchBackendMsg, BatchRecord, DetokenizeMsg, Ra
 from .model import check_tp, load_config
 from .req import SamplingParams
 from .scheduler import build_scheduler
+from .server.launcher import StartupError, refuse_unguarded_main, start_workers, stop_workers
+from .server.queues import pull, push
 
 log = logging.getLogger("minisgl_edu")
 
@@ -45,8 +47,6 @@ class RankGroup:
     checks that the ranks are alive, so a dead or stuck rank raises `RankFailed`, never a hang."""
 
     def __init__(self, cfg: SchedulerConfig):
-        from .server.launcher import StartupError, start_workers
-        from .server.queues import pull, push
         self.size, self.timeout_s = cfg.tp, cfg.tp_timeout_s
         self.live_steps: list[tuple[int, object]] = []  # (rank, BatchRecord) as the ranks started them
         try:
@@ -58,7 +58,6 @@ class RankGroup:
 
     @staticmethod
     def _stop(workers, *sockets) -> None:
-        from .server.launcher import stop_workers
         stop_workers(workers, graceful=workers.dead() is None)
         for q in sockets:
             q.close()
@@ -154,7 +153,6 @@ class LLM:
 
     def __init__(self, model: str | None = None, **kw):
         if kw.get("tp", 1) > 1:
-            from .server.launcher import refuse_unguarded_main
             refuse_unguarded_main()  # first: a child importing an unguarded script leaves before any work
         self.cfg = cfg = SchedulerConfig(model_path=resolve_model(model), **kw)
         if cfg.device is None:

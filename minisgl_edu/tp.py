@@ -12,7 +12,7 @@ This module holds, in order:
 
 * the rank identity (`DistributedInfo`) and the collectives the sharded layers need
   (`all_reduce` after a row-parallel layer, `all_gather_last_dim` for vocab-sharded logits);
-* the control-plane collectives (`broadcast_count`, `broadcast_object`, `min_over_ranks`) that
+* the control-plane collectives (`broadcast_count`, `min_over_ranks`) that
   travel over a gloo group on the host, never through the GPU stream;
 * `receive`, the one rule every scheduler rank reads its messages by (`server/scheduler_proc.py`
   runs the rank loop, for `serve --tp N` and `LLM(tp=N)` alike).
@@ -104,13 +104,6 @@ def init_distributed(rank: int, size: int, device: torch.device | str, init_meth
     _CPU_GROUP = dist.new_group(backend="gloo", timeout=timeout) if backend == "nccl" else dist.group.WORLD
 
 
-def destroy_distributed() -> None:
-    global _CPU_GROUP, _TP
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    _CPU_GROUP, _TP = None, DistributedInfo()
-
-
 def cpu_group():
     """The group for host-side control messages (message counts, barriers)."""
     return _CPU_GROUP
@@ -124,15 +117,6 @@ def broadcast_count(n: int) -> int:
     t = torch.tensor([n if _TP.is_primary else 0], dtype=torch.int64)
     dist.broadcast(t, src=0, group=_CPU_GROUP)
     return int(t.item())
-
-
-def broadcast_object(obj=None):
-    """Rank 0's picklable `obj` on every rank."""
-    if _TP.size == 1:
-        return obj
-    box = [obj if _TP.is_primary else None]
-    dist.broadcast_object_list(box, src=0, group=_CPU_GROUP)
-    return box[0]
 
 
 def min_over_ranks(n: int) -> int:

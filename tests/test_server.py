@@ -121,6 +121,26 @@ def test_incremental_detokenization_never_splits_a_character(tokenizer):
     assert sum(p == "" for p in pieces) >= 2  # some tokens were held back: half a character
 
 
+# ---- flags (no processes) ------------------------------------------------------------------------
+def test_flags_are_config_fields_with_one_default(model_path):
+    """serve's flags map onto ServerConfig by name; a flag not given keeps the dataclass default, so
+    `serve` and `LLM(...)` start from the same defaults, and the same switches exist on both."""
+    from dataclasses import fields
+
+    from minisgl_edu.config import SchedulerConfig, ServerConfig
+    from minisgl_edu.serve import parse_args
+    cfg, shell = parse_args(["--model", model_path, "--device", "cpu"])
+    plain = ServerConfig(model_path=model_path, device="cpu")
+    assert cfg == plain and not shell and cfg.served_name == os.path.basename(model_path)
+    cfg, _ = parse_args(["--model", model_path, "--device", "cpu", "--attention", "reference", "--no-fused-kernels",
+                         "--no-overlap", "--context-length", "100", "--page-size", "4", "--hop-log", "h.jsonl"])
+    changed = {f.name for f in fields(cfg) if getattr(cfg, f.name) != getattr(plain, f.name)}
+    assert changed == {"attention", "fused_kernels", "overlap", "max_seq_len", "page_size", "hop_log"}
+    assert (cfg.attention, cfg.fused_kernels, cfg.overlap, cfg.max_seq_len) == ("reference", False, False, 100)
+    llm_kw = {f.name for f in fields(SchedulerConfig)}
+    assert {"attention", "fused_kernels", "overlap", "max_seq_len", "page_size", "trace", "tp"} <= llm_kw
+
+
 # ---- the default server --------------------------------------------------------------------------
 def test_openai_client_stream_equals_nonstream_equals_offline(server, llm):
     from openai import OpenAI

@@ -64,7 +64,8 @@ def test_site_builds_with_chapters_and_api_pages(site):
         assert heading in html and "Summary" in html, page
     for mod, member in [("req", "complete_one"), ("prefill", "PrefillAdder"), ("paging", "assign_locations"),
                         ("radix", "match_prefix"), ("scheduler", "Scheduler"), ("engine", "Engine"),
-                        ("llm", "generate"), ("model", "build_model"), ("tp", "DistributedInfo")]:
+                        ("llm", "generate"), ("model", "build_model"), ("tp", "DistributedInfo"),
+                        ("config", "SchedulerConfig")]:
         html = (site / "api" / mod / "index.html").read_text()
         assert member in html, f"api/{mod} does not document {member}"
 

@@ -37,7 +37,8 @@ def fused_kernels(x: torch.Tensor):
 
 
 def use_fused_kernels(on: bool) -> None:
-    """The off switch (`EngineConfig.fused_kernels`): False runs the plain ops on CUDA too."""
+    """The off switch (`EngineConfig.fused_kernels`, set by each `Engine` it builds): False runs the
+    plain ops on CUDA too. One switch per process: the engine built last decides for all its layers."""
     global _FUSED_ON
     _FUSED_ON = on
 

@@ -146,18 +146,22 @@ def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid:
             # ranks share the cores, and one is left to the API and tokenizers: oversubscribed torch threads
             # spin-wait on each other (on 2 busy cores, 2 threads decode ~9x slower than 1)
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.tp - 1))
-        device = f"cuda:{rank}" if cfg.device == "cuda" else cfg.device
+        device = f"cuda:{rank}" if torch.device(cfg.device).type == "cuda" else cfg.device
         tp.init_distributed(rank, cfg.tp, device, addrs.tp_init, cfg.tp_timeout_s)
         # every rank takes the same steps: rank 0's step trace stands for all
         sched = build_scheduler(replace(cfg, device=device, trace=cfg.trace if rank == 0 else None))
         io = RankIO(rank, cfg.tp, addrs, cfg.forward_lag_s)
         io.wait_for_ranks()
-        if rank == 0:  # the primary rank alone acks, and only once every rank is ready
-            send_ack(addrs.ack, name)
-        scheduler_loop(Rank(sched, io, cfg, name))
-    except BaseException as e:  # start-up or a step: whoever waits on the acks learns why (every rank says it)
-        log.error("%s failed: %s", name, e)
+    except BaseException as e:  # the launcher (or LLM) names this rank, with the traceback
         send_ack(addrs.ack, name, e)
+        exit_child(1)
+    if rank == 0:  # the primary rank alone acks, and only once every rank is ready
+        send_ack(addrs.ack, name)
+    try:
+        scheduler_loop(Rank(sched, io, cfg, name))
+    except BaseException as e:
+        log.exception("%s failed", name)  # the server's log (the launcher has stopped reading acks)
+        send_ack(addrs.ack, name, e)  # LLM(tp>1) raises RankFailed with it
         exit_child(1)
     exit_child(0)
 
