@@ -1,0 +1,33 @@
+"""One grader module per chapter: `grade_<name>(exercise, path, module)` returns when the reader's code is
+right and raises `Wrong` (one sentence: what, on which input) when it is not."""
+from __future__ import annotations
+
+from .. import NotAttempted, Wrong
+
+
+def prop(strategy, check, examples: int = 60) -> None:
+    """Run `check(x)` on `examples` inputs drawn from `strategy`; on a failure hypothesis shrinks the input
+    and the (smallest) failing input's Wrong is raised. Deterministic: the same inputs every run."""
+    from hypothesis import HealthCheck, given, settings
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True, print_blob=False,
+              suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def run(x):
+        check(x)
+
+    try:
+        run()
+    except (Wrong, NotAttempted) as e:
+        e.__notes__ = []  # hypothesis' "Falsifying example" note: the message already names the input
+        raise
+
+
+def call(what: str, fn, *args, on: str = ""):
+    """fn(*args), with anything it raises (but NotAttempted) turned into a Wrong naming the input."""
+    try:
+        return fn(*args)
+    except (Wrong, NotAttempted):
+        raise
+    except Exception as e:
+        raise Wrong(f"your {what} raised {type(e).__name__}: {e}" + (f" on {on}" if on else "")) from None
