@@ -2,22 +2,28 @@
 right and raises `Wrong` (one sentence: what, on which input) when it is not."""
 from __future__ import annotations
 
+import contextlib
+import io
+
 from .. import NotAttempted, Wrong
 
 
 def prop(strategy, check, examples: int = 60) -> None:
     """Run `check(x)` on `examples` inputs drawn from `strategy`; on a failure hypothesis shrinks the input
     and the (smallest) failing input's Wrong is raised. Deterministic: the same inputs every run."""
+    import hypothesis.internal.conjecture.engine as engine
     from hypothesis import HealthCheck, given, settings
+    engine.MAX_SHRINKS, engine.MAX_SHRINKING_SECONDS = 200, 8  # a grade stays well under a minute
 
-    @settings(max_examples=examples, deadline=None, database=None, derandomize=True, print_blob=False,
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True, print_blob=False, report_multiple_bugs=False,
               suppress_health_check=list(HealthCheck))
     @given(strategy)
     def run(x):
         check(x)
 
     try:
-        run()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            run()  # hypothesis' own reports are not for the reader: the Wrong below names the input
     except (Wrong, NotAttempted) as e:
         e.__notes__ = []  # hypothesis' "Falsifying example" note: the message already names the input
         raise
