@@ -19,16 +19,23 @@ VOCAB = 97
 
 
 def tiny_model_path() -> str:
-    """A config-only Llama (2 layers, hidden 32, GQA 4:2, vocab 97): random weights, milliseconds per step."""
+    """A tiny random Llama checkpoint (2 layers, hidden 32, GQA 4:2, vocab 97; milliseconds per step), written
+    once as safetensors. Its weights are drawn large (std 0.25, not 0.02) so that attention matters: a
+    wrong key, a missing cached prefix or a misplaced slot changes the tokens."""
     root = os.path.join(os.path.expanduser(os.environ.get("MINISGL_CACHE", "~/.cache/minisgl_edu")), "exercises")
-    path = os.path.join(root, f"tiny-llama-{VOCAB}")
-    if not os.path.exists(os.path.join(path, "config.json")):
-        from transformers import LlamaConfig
+    path = os.path.join(root, f"tiny-llama-{VOCAB}-v1")
+    if not os.path.exists(os.path.join(path, "model.safetensors")):
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
         os.makedirs(root, exist_ok=True)
+        cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                          tie_word_embeddings=False, initializer_range=0.25)
+        torch.manual_seed(0)
         tmp = f"{path}.tmp{os.getpid()}"
-        LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                    num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=False).save_pretrained(tmp)
-        os.replace(tmp, path) if not os.path.exists(path) else None
+        LlamaForCausalLM(cfg).save_pretrained(tmp, safe_serialization=True)
+        if not os.path.exists(path):
+            os.replace(tmp, path)
     return path
 
 
@@ -78,7 +85,7 @@ class Run:
 def _llm(case: Case):
     from ..llm import LLM
     logging.getLogger("minisgl_edu").setLevel(logging.ERROR)  # "no tokenizer": ids are all we pass
-    return LLM(tiny_model_path(), device="cpu", dummy_weights=True, page_size=case.page_size,
+    return LLM(tiny_model_path(), device="cpu", page_size=case.page_size,
                max_prefill_tokens=case.max_prefill_tokens, max_total_tokens=case.max_total_tokens,
                max_running_reqs=case.max_running_reqs, overlap=case.overlap, cache=case.cache, tp=case.tp)
 
