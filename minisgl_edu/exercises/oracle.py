@@ -23,7 +23,7 @@ def tiny_model_path() -> str:
     once as safetensors. Its weights are drawn large (std 0.25, not 0.02) so that attention matters: a
     wrong key, a missing cached prefix or a misplaced slot changes the tokens."""
     root = os.path.join(os.path.expanduser(os.environ.get("MINISGL_CACHE", "~/.cache/minisgl_edu")), "exercises")
-    path = os.path.join(root, f"tiny-llama-{VOCAB}-v1")
+    path = os.path.join(root, f"tiny-llama-{VOCAB}-v2")
     if not os.path.exists(os.path.join(path, "model.safetensors")):
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -34,6 +34,7 @@ def tiny_model_path() -> str:
         torch.manual_seed(0)
         tmp = f"{path}.tmp{os.getpid()}"
         LlamaForCausalLM(cfg).save_pretrained(tmp, safe_serialization=True)
+        os.remove(os.path.join(tmp, "generation_config.json"))  # no EOS: every request runs to max_tokens
         if not os.path.exists(path):
             os.replace(tmp, path)
     return path
@@ -153,9 +154,10 @@ def reference(case: Case) -> Run:
     return _REFERENCE[case]
 
 
-def compare(case: Case, what: str, check_schedule: bool = False) -> None:
-    """Run `case` with the current swaps and raise Wrong unless the tokens (and schedule) equal the library's."""
-    ref = reference(case)
+def compare(case: Case, what: str, check_schedule: bool = False, reference_case: Case | None = None) -> None:
+    """Run `case` with the current swaps and raise Wrong unless the tokens (and schedule) equal the library's
+    on `reference_case` (default: the same case)."""
+    ref = reference(reference_case or case)
     try:
         mine = run_case(case)
     except (Wrong, NotAttempted):
