@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 
 from minisgl_edu.paging import cdiv
-from minisgl_edu.prefill import pages_to_finish
+from minisgl_edu import prefill
 
 
 def try_add(self, req) -> bool:
@@ -37,7 +37,7 @@ def try_add(self, req) -> bool:
         node, locs = self.cache.match_prefix(req.token_ids[: req.prompt_len])
         matched = len(locs)  # whole pages, and the last token computed
         req.cached_len = matched
-        need = pages_to_finish(req, ps)
+        need = prefill.pages_to_finish(req, ps)
         if need + self.reserved_pages > self.available_pages():
             req.cached_len = 0
             return self._stop(f"3: needs {need} pages + {self.reserved_pages} reserved > {self.available_pages()} available")
@@ -52,7 +52,7 @@ def try_add(self, req) -> bool:
         self.pool.token_pool[req.table_idx, : req.prompt_len] = torch.tensor(req.token_ids[: req.prompt_len],
                                                                              dtype=torch.int32)
     else:
-        need = pages_to_finish(req, ps)  # a chunk continuing: its reservation is renewed
+        need = prefill.pages_to_finish(req, ps)  # a chunk continuing: its reservation is renewed
     chunk = min(req.prompt_len - req.cached_len, self.token_budget)
     req.device_len = req.cached_len + chunk
     self.token_budget -= chunk

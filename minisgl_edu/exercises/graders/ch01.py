@@ -56,6 +56,16 @@ def messages():
                      st.builds(M.BatchTokenizerMsg, data=st.lists(detok, max_size=3)))
 
 
+def _classics() -> tuple:
+    import torch
+
+    from ... import messages as M
+    from ...req import SamplingParams
+    sp = SamplingParams(max_tokens=3)
+    return (M.UserMsg(1, torch.tensor([5, 6, 7], dtype=torch.int32), sp), M.UserMsg(2, torch.tensor([2**40], dtype=torch.int64), sp),
+            M.TokenizeMsg(3, None, [{"role": "user", "content": "hi"}], sp), M.BatchBackendMsg([M.AbortMsg(4), M.ExitMsg()]))
+
+
 def _zmq_roundtrip(msgs) -> list:
     """Through a real PUSH/PULL pair of the server's queues (ipc:// in a private temp dir)."""
     from ...server.queues import pull, push
@@ -100,7 +110,7 @@ def grade_encode(ex, path, module) -> None:
         if not same(back, m):
             raise Wrong(f"your encode of {show(m)} reads back (library decode) as {show(back)}")
 
-    prop(messages(), check, 80)
+    prop(messages(), check, 80, explicit=_classics())
     sp = SamplingParams()
     _must_refuse("encode", module.encode, M.UserMsg(0, torch.zeros(2, 3, dtype=torch.int32), sp), "a 2-D tensor")
     _must_refuse("encode", module.encode, M.UserMsg(0, torch.zeros(3, dtype=torch.float16), sp), "a float16 tensor")
@@ -120,7 +130,7 @@ def grade_decode(ex, path, module) -> None:
         if not same(back, m):
             raise Wrong(f"your decode of the library's bytes for {show(m)} gave {show(back)}")
 
-    prop(messages(), check, 80)
+    prop(messages(), check, 80, explicit=_classics())
     pack = lambda d: msgpack.packb(d, use_bin_type=True)
     _must_refuse("decode", module.decode, pack({"__type__": "dataclass"}), "the type name 'dataclass' (not in MESSAGE_TYPES)")
     _must_refuse("decode", module.decode, pack({"__type__": "Req", "uid": 1}), "the type name 'Req' (not in MESSAGE_TYPES)")

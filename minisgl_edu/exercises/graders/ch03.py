@@ -31,7 +31,8 @@ def grade_pages_to_finish(ex, path, module) -> None:
                         f"page_size {ps}, cached_len {r.cached_len}, max_device_len {r.max_device_len}: your "
                         f"pages_to_finish says {got}, but positions {r.cached_len}..{r.max_device_len - 1} need {want} page(s)")
 
-    prop(st.tuples(st.sampled_from([1, 2, 4, 16]), st.integers(1, 40), st.integers(1, 20), st.integers(0, 60)), check, 80)
+    prop(st.tuples(st.sampled_from([1, 2, 4, 16]), st.integers(1, 40), st.integers(1, 20), st.integers(0, 60)), check, 80,
+         explicit=((4, 5, 3, 6), (4, 5, 3, 4), (1, 5, 3, 2)))
     with swapped([ex], lambda e: path):
         for case in ADMISSION_CASES:
             compare(case, "pages_to_finish", check_schedule=True)
@@ -134,7 +135,16 @@ def grade_try_add(ex, path, module) -> None:
             if not ok_ref:
                 break
 
-    prop(scenarios, check, 120)
+    base = dict(ps=1, num_pages=8, rows=2, rows_taken=0, budget=16, reserved=0, prefix_pages=0, locked=False, chunk=0)
+    explicit = (
+        {**base, "rows_taken": 2, "reqs": [(3, 0, 2)]},  # condition 1
+        {**base, "budget": 2, "reqs": [(5, 0, 2)]},  # chunked: the budget is smaller than the prompt
+        {**base, "reserved": 6, "reqs": [(2, 0, 2)]},  # condition 3: the reserved size leaves too little
+        {**base, "ps": 4, "num_pages": 12, "prefix_pages": 2, "reqs": [(3, 2, 2)]},  # a fully cached prompt
+        {**base, "num_pages": 12, "prefix_pages": 3, "reqs": [(3, 1, 2)]},  # a cache hit: locked on admission
+        {**base, "chunk": 3, "budget": 4, "reqs": [(9, 0, 2)]},  # a chunk continuing
+    )
+    prop(scenarios, check, 120, explicit)
     with swapped([ex], lambda e: path):
         for case in ADMISSION_CASES:
             compare(case, "try_add", check_schedule=True)

@@ -13,10 +13,10 @@ import torch
 
 from minisgl_edu.exercises import NotAttempted  # noqa: F401  (the stub raises it)
 from minisgl_edu.paging import cdiv  # cdiv(a, b) = ceil(a / b)
-from minisgl_edu.prefill import pages_to_finish  # noqa: F401  (try_add may use the library's)
+from minisgl_edu import prefill  # prefill.pages_to_finish: the library's (or, in the capstone, yours)
 
 
-def pages_to_finish(req, page_size: int) -> int:  # noqa: F811
+def pages_to_finish(req, page_size: int) -> int:
     """Pages `req` may still allocate from its current cached_len until max_device_len: the request's
     part of the reserved size. Positions [0, cached_len) already have their pages, and the last of
     those may be partial: the positions after cached_len in that page need no new page."""
@@ -30,7 +30,7 @@ def try_add(self, req) -> bool:
     The five conditions, in order, for a fresh request (req.table_idx < 0):
       1. a page-table row is free (self.pool.free_rows);
       2. token budget is left (self.token_budget > 0);
-      3. its pages (pages_to_finish, after its matched prefix) + self.reserved_pages fit in
+      3. its pages (prefill.pages_to_finish, after its matched prefix) + self.reserved_pages fit in
          self.available_pages();
       4. its matched prefix is locked (self.cache.lock(node));
       5. condition 3 re-checked after the lock (locking made the prefix unevictable).
