@@ -18,6 +18,8 @@ import sys
 
 from .server.common import ServerConfig
 
+log = logging.getLogger("minisgl_edu")
+
 
 def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     ap = argparse.ArgumentParser(prog="python -m minisgl_edu.serve", description=__doc__.split("\n")[0])
@@ -44,7 +46,12 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     ap.add_argument("--trace", default=None,
                     help="write a Chrome/Perfetto step trace (scheduler rank 0) to this file at shutdown")
     ap.add_argument("--hop-log", default=None, help="append one JSON line per message hop to this file")
+    ap.add_argument("--exercises", default=None, help="serve with your build exercises from this folder swapped in "
+                                                      "(every process; see python -m minisgl_edu.exercises)")
     a = ap.parse_args(argv)
+    if a.exercises:  # the build path's capstone: $MINISGL_EXERCISES makes every child process apply the same swaps
+        from .exercises.swap import use_folder
+        log.info("exercises swapped in: %s", ", ".join(use_folder(a.exercises)) or "none (all stubs)")
     if a.tp < 1 or a.num_tokenizers < 1:
         ap.error("--tp and --num-tokenizers must be >= 1")
     import torch

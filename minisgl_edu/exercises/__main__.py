@@ -20,7 +20,13 @@ def main(argv=None) -> int:
     c.add_argument("--file", default=None, help=f"grade this file (default: {exercises_dir()}/chNN.py)")
     c.add_argument("--solution", action="store_true", help="grade the reference solution instead")
     c.add_argument("--only", default=None, help="grade one exercise of the chapter, by name")
+    k = sub.add_parser("capstone", help="the default model, the library's engine vs one with all your mechanisms")
+    k.add_argument("--exercises", default=None, help=f"your exercises folder (default: {exercises_dir()})")
+    k.add_argument("--solution", action="store_true", help="use the reference solutions as your files")
     a = ap.parse_args(argv)
+    if a.cmd == "capstone":
+        from .capstone import capstone
+        return capstone(a.exercises or exercises_dir(), a.solution)
     if a.cmd == "list":
         for e in EXERCISES:
             print(f"ch{e.chapter:02d}  {e.name}  {e.kind}  {e.description}")

@@ -108,6 +108,12 @@ def folder_map(folder: str, skip_stubs: bool = True) -> dict[str, str]:
     return out
 
 
+def use_folder(folder: str) -> list[str]:
+    """For this process and every process it starts: swap in each attempted exercise of `folder`."""
+    os.environ[ENV] = env_value(folder_map(os.path.expanduser(folder)))
+    return apply_from_env()
+
+
 def apply_from_env() -> list[str]:
     """Apply the swaps named in $MINISGL_EXERCISES for the rest of this process; return their ids."""
     raw = os.environ.get(ENV)
