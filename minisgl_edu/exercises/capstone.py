@@ -18,14 +18,14 @@ PROMPTS = ["The capital of France is", "The capital of France is a city that", "
            "Explain a radix tree in one sentence: it is"]
 
 
-def _generate(exercises, path_of) -> list[list[int]]:
+def _generate(exercises, path_of) -> list[tuple[list[int], str]]:
     from .. import LLM, SamplingParams
     with swapped(exercises, path_of):
         llm = LLM(device="cpu", page_size=4, max_prefill_tokens=8, overlap=True, max_total_tokens=4096)
         try:
             out = llm.generate(PROMPTS, SamplingParams(max_tokens=12), use_tqdm=False)
             out += llm.generate(PROMPTS[::-1], SamplingParams(max_tokens=12), use_tqdm=False)  # radix hits
-            return [o["token_ids"] for o in out]
+            return [(o["token_ids"], o["text"]) for o in out]
         finally:
             llm.close()
 
@@ -39,8 +39,9 @@ def capstone(folder: str, solution: bool = False) -> int:
     t1 = time.perf_counter()
     mine = _generate(exercises, lambda e: mapping[e.id])
     t2 = time.perf_counter()
-    same = ref == mine
-    for i, (a, b) in enumerate(zip(ref, mine)):
-        print(f"request {i}: library {a}\n           yours   {b}{'' if a == b else '   <-- differs'}")
+    same = [a for a, _ in ref] == [b for b, _ in mine]
+    prompts = PROMPTS + PROMPTS[::-1]
+    for i, ((a, text), (b, _)) in enumerate(zip(ref, mine)):
+        print(f"request {i}: {prompts[i]!r} -> {text!r}\n  library {a}\n  yours   {b}{'' if a == b else '   <-- differs'}")
     print(f"library engine {t1 - t0:.1f} s, your engine {t2 - t1:.1f} s; same tokens: {same}")
     return 0 if same else 1
