@@ -1,6 +1,6 @@
 """overlap_step that forgets deferred_rows: the rows of requests finished in flight are never given back.
 
-EXPECT: no free page-table row
+EXPECT: still in deferred_rows
 """
 from __future__ import annotations
 

@@ -26,6 +26,10 @@ def _watch(log: list):
 
     def my_process(self, batch, tokens):
         log.append(("process", getattr(batch, "grade_seq", -1)))
+        if self.overlap and self.deferred_rows:  # the library's loop released them after the previous step's copy
+            raise Wrong(f"rows {sorted(self.deferred_rows)} of requests that finished while a step was in flight "
+                        f"are still in deferred_rows when step {log[-1][1]} is processed: release them once the "
+                        f"step that wrote them is done")
         return process(self, batch, tokens)
 
     def my_take_row(self):
