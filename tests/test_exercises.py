@@ -97,3 +97,52 @@ def test_capstone_all_solutions_swapped_give_the_library_tokens():
     with swapped(build_exercises(), lambda e: solution_path(e.chapter)):
         mine = [run_case(c).tokens for c in cases]
     assert mine == refs
+
+
+def test_serve_with_exercises_runs_the_readers_code_in_every_process(tmp_path):
+    """`serve --exercises FOLDER`: every solution, except ch09.py, which is a deliberately wrong detokenizer
+    that holds all text back until the end. The text equals the offline engine's, and the stream arrives
+    as one piece: the detokenizer *process* ran the folder's function."""
+    import json
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+    for ch in range(1, 9):
+        shutil.copy(solution_path(ch), tmp_path / f"ch{ch:02d}.py")
+    shutil.copy(os.path.join(HERE, "exercise_mutants", "ch09_detokenize_next_hold_all.py"), tmp_path / "ch09.py")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(tmp_path / "serve.log", "w")  # a file, not a pipe: a full pipe would block the server
+    proc = subprocess.Popen([sys.executable, "-m", "minisgl_edu.serve", "--exercises", str(tmp_path), "--port", str(port)],
+                            stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.5)
+        body = {"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0}
+        text = httpx.post(url + "/v1/completions", json=body, timeout=120).json()["choices"][0]["text"]
+        with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=120) as r:
+            events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        pieces = [e["choices"][0]["text"] for e in events if e.get("choices") and e["choices"][0]["text"]]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    from minisgl_edu import LLM, SamplingParams
+    offline = LLM(device="cpu").generate(["The capital of France is"], SamplingParams(max_tokens=12), use_tqdm=False)
+    assert text == offline[0]["text"] == "".join(pieces)
+    assert len(pieces) == 1, pieces  # held back to the end: the detokenizer process ran ch09.py's function
+    assert "exercises swapped in: ch01.encode" in (tmp_path / "serve.log").read_text()
