@@ -18,7 +18,7 @@ def prop(strategy, check, examples: int = 60, explicit: tuple = ()) -> None:
         check(x)
     import hypothesis.internal.conjecture.engine as engine
     from hypothesis import HealthCheck, given, settings
-    engine.MAX_SHRINKS, engine.MAX_SHRINKING_SECONDS = 200, 8  # a grade stays well under a minute
+    saved = engine.MAX_SHRINKS, engine.MAX_SHRINKING_SECONDS
 
     @settings(max_examples=examples, deadline=None, database=None, derandomize=True, print_blob=False, report_multiple_bugs=False,
               suppress_health_check=list(HealthCheck))
@@ -26,12 +26,15 @@ def prop(strategy, check, examples: int = 60, explicit: tuple = ()) -> None:
     def run(x):
         check(x)
 
+    engine.MAX_SHRINKS, engine.MAX_SHRINKING_SECONDS = 200, 8  # a grade stays well under a minute
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             run()  # hypothesis' own reports are not for the reader: the Wrong below names the input
     except (Wrong, NotAttempted) as e:
         e.__notes__ = []  # hypothesis' "Falsifying example" note: the message already names the input
         raise
+    finally:
+        engine.MAX_SHRINKS, engine.MAX_SHRINKING_SECONDS = saved
 
 
 def call(what: str, fn, *args, on: str = ""):

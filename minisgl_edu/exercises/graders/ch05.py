@@ -77,13 +77,7 @@ def _differential(method: str, fn, examples: int = 100) -> None:
                 if sorted(a.tolist()) != sorted(b):
                     raise Wrong(f"{where}: evict freed slots {sorted(b)}; the library frees {sorted(a.tolist())} "
                                 f"(least recently used unlocked leaves first, until {arg} tokens are freed)")
-            try:
-                mine.check_integrity()
-            except AssertionError as e:
-                raise Wrong(f"{where}: your tree fails its integrity check ({e or 'a key and its slots differ in length, or a node is filed under the wrong key or parent'})") from None
-            if (mine.evictable_size, mine.protected_size) != (ref.evictable_size, ref.protected_size):
-                raise Wrong(f"{where}: (evictable_size, protected_size) is {(mine.evictable_size, mine.protected_size)}; "
-                            f"the library's is {(ref.evictable_size, ref.protected_size)}")
+            _same_books(where, ref, mine)
 
     K = lambda *t: (0, 0, list(t))  # a literal key
     explicit = (
@@ -93,6 +87,18 @@ def _differential(method: str, fn, examples: int = 100) -> None:
         (2, [("insert", K(1, 1, 2, 2)), ("match", K(1, 1, 2, 3)), ("insert", K(1, 1, 2, 3)), ("evict", 4)]),  # pages
     )
     prop(st.tuples(st.sampled_from([1, 2]), ops), check, examples, explicit)
+
+
+def _same_books(where: str, ref, mine) -> None:
+    """Your tree passes its integrity check and keeps the library's (evictable_size, protected_size)."""
+    try:
+        mine.check_integrity()
+    except AssertionError as e:
+        why = e or "a key and its slots differ in length, or a node is filed under the wrong key or parent"
+        raise Wrong(f"{where}: your tree fails its integrity check ({why})") from None
+    if (mine.evictable_size, mine.protected_size) != (ref.evictable_size, ref.protected_size):
+        raise Wrong(f"{where}: (evictable_size, protected_size) is {(mine.evictable_size, mine.protected_size)}; "
+                    f"the library's is {(ref.evictable_size, ref.protected_size)}")
 
 
 def _grade(ex, path, module, method: str, fn) -> None:
