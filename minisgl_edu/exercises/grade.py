@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib
 import os
 import shutil
+import signal
+import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -59,6 +62,31 @@ def _your_frame(e: BaseException, path: str) -> str:
     return f" (your file, line {frames[-1].lineno})" if frames else ""
 
 
+LIMIT_S = 180  # per exercise; a correct one takes seconds
+
+
+class GradeTimeout(BaseException):  # not an Exception: the grader's own handlers must not swallow it
+    pass
+
+
+@contextlib.contextmanager
+def time_limit(seconds: int):
+    """Stop a grade that runs too long (the reader's endless loop); main thread on POSIX only, else no limit."""
+    if not hasattr(signal, "SIGALRM") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        raise GradeTimeout()
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
 def grade_one(ex: Exercise, path: str) -> Result:
     t0 = time.perf_counter()
     done = lambda status, msg="": Result(ex, status, msg, time.perf_counter() - t0)
@@ -73,7 +101,10 @@ def grade_one(ex: Exercise, path: str) -> Result:
         return done("not attempted")
     grader = getattr(importlib.import_module(f"{__package__}.graders.ch{ex.chapter:02d}"), f"grade_{ex.name}")
     try:
-        grader(ex, path, module)
+        with time_limit(LIMIT_S):
+            grader(ex, path, module)
+    except GradeTimeout:
+        return done("wrong", f"grading did not finish within {LIMIT_S} s: does your code loop forever on some input?")
     except NotAttempted:
         return done("not attempted")
     except Wrong as e:
