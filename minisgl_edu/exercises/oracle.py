@@ -64,6 +64,7 @@ class Case:
     eos: tuple[int, ...] = ()
     seed: int = 0
     tp: int = 1
+    model: str = "tiny"  # "tiny" (random weights, milliseconds per step) | "default" (SmolLM2-135M, seconds)
 
     def describe(self) -> str:
         bits = [f"page_size={self.page_size}", f"max_prefill_tokens={self.max_prefill_tokens}",
@@ -71,6 +72,7 @@ class Case:
         bits += ["overlap"] if self.overlap else []
         bits += [f"eos={list(self.eos)}"] if self.eos else []
         bits += [f"tp={self.tp}"] if self.tp > 1 else []
+        bits += ["the default model"] if self.model == "default" else []
         return ", ".join(bits)
 
 
@@ -86,7 +88,12 @@ class Run:
 def _llm(case: Case):
     from ..llm import LLM
     logging.getLogger("minisgl_edu").setLevel(logging.ERROR)  # "no tokenizer": ids are all we pass
-    return LLM(tiny_model_path(), device="cpu", page_size=case.page_size,
+    if case.model == "default":
+        from ..default_model import default_model_path
+        path = default_model_path()
+    else:
+        path = tiny_model_path()
+    return LLM(path, device="cpu", page_size=case.page_size,
                max_prefill_tokens=case.max_prefill_tokens, max_total_tokens=case.max_total_tokens,
                max_running_reqs=case.max_running_reqs, overlap=case.overlap, cache=case.cache, tp=case.tp)
 
@@ -99,7 +106,8 @@ def run_case(case: Case, rounds=None) -> Run:
     from ..req import SamplingParams
     rounds = rounds if rounds is not None else standard_rounds(case.seed)
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # a tiny model: one thread is fastest, and the machine may be shared
+    if case.model == "tiny":
+        torch.set_num_threads(1)  # a tiny model: one thread is fastest, and the machine may be shared
     try:
         llm = _llm(case)
         try:

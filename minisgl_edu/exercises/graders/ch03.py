@@ -11,6 +11,7 @@ from . import call, prop
 
 TIGHT = Case(4, 64, 128, 8)  # 32 pages: the long prompt waits for pages (condition 3 and the reserved size)
 ADMISSION_CASES = STANDARD_CASES + (TIGHT,)
+REAL = Case(4, 16, 512, 4, max_tokens=3, model="default")  # the default model: chunks of 16, radix hits, 4 rows
 
 
 def grade_pages_to_finish(ex, path, module) -> None:
@@ -146,5 +147,5 @@ def grade_try_add(ex, path, module) -> None:
     )
     prop(scenarios, check, 120, explicit)
     with swapped([ex], lambda e: path):
-        for case in ADMISSION_CASES:
+        for case in ADMISSION_CASES + (REAL,):
             compare(case, "try_add", check_schedule=True)

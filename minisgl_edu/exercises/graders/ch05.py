@@ -9,7 +9,8 @@ from ..oracle import STANDARD_CASES, Case, compare
 from ..swap import swapped
 from . import call, prop
 
-RADIX_CASES = STANDARD_CASES + (Case(4, 64, 128, 8),)  # the last: a tight pool, so round 2 evicts round 1's prefixes
+RADIX_CASES = STANDARD_CASES + (Case(4, 64, 128, 8),)
+REAL = Case(4, 16, 512, 4, max_tokens=3, model="default")  # walk: radix hits on the default model too  # the last: a tight pool, so round 2 evicts round 1's prefixes
 
 _tok = st.integers(1, 3)  # a tiny alphabet: keys share prefixes and diverge often
 # insert / match / lock a key built from an earlier key's prefix (index, cut) + extra tokens: hits and splits
@@ -104,7 +105,7 @@ def _same_books(where: str, ref, mine) -> None:
 def _grade(ex, path, module, method: str, fn) -> None:
     _differential(method, fn)
     with swapped([ex], lambda e: path):
-        for case in RADIX_CASES:
+        for case in RADIX_CASES + ((REAL,) if method == "_walk" else ()):
             compare(case, method.strip("_"), check_schedule=True)
 
 
