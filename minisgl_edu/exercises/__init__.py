@@ -14,9 +14,10 @@ Grading swaps your function into the library's own class or module attribute for
 the grade (`swap.swapped`), runs the chapter's property tests (hypothesis; a failure shows the
 shrunk input) and, where the mechanism decides tokens, runs the real engine with your code and
 compares its tokens with the library's (which `tests/test_oracle.py` proves token-exact against
-transformers). Nothing in the library knows about exercises except one line in
-`minisgl_edu/__init__.py`: with `$MINISGL_EXERCISES` set, every process (TP ranks, server
-workers) applies the same swaps at import (`swap.apply_from_env`).
+transformers). Nothing in the library knows about exercises except one hook in
+`minisgl_edu/__init__.py` (with `$MINISGL_EXERCISES` set, every process — TP ranks, server
+workers — applies the same swaps at import: `swap.apply_from_env`) and the `--exercises FOLDER`
+flag of `python -m minisgl_edu.serve`, which sets it.
 """
 from __future__ import annotations
 
