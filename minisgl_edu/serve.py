@@ -19,6 +19,8 @@ from dataclasses import replace
 
 from .config import ServerConfig
 
+log = logging.getLogger("minisgl_edu")
+
 
 def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     """The flags are `ServerConfig`'s fields (dashes for underscores); a flag not given keeps the field's default."""
@@ -49,7 +51,12 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     ap.add_argument("--shell", action="store_true", default=False, help="an interactive chat in this terminal, no HTTP")
     ap.add_argument("--trace", help="write a Chrome/Perfetto step trace (scheduler rank 0) to this file at shutdown")
     ap.add_argument("--hop-log", help="append one JSON line per message hop to this file")
+    ap.add_argument("--exercises", help="serve with your build exercises from this folder swapped in "
+                                        "(every process; see python -m minisgl_edu.exercises)")
     kw = vars(ap.parse_args(argv))
+    if folder := kw.pop("exercises", None):  # the build path's capstone: $MINISGL_EXERCISES reaches every child process
+        from .exercises.swap import use_folder
+        log.info("exercises swapped in: %s", ", ".join(use_folder(folder)) or "none (all stubs)")
     if kw.get("tp", 1) < 1 or kw.get("num_tokenizers", 1) < 1:
         ap.error("--tp and --num-tokenizers must be >= 1")
     from .config import default_device, resolve_model

@@ -11,8 +11,3 @@ def idle_share(gpu_steps_ms: list[tuple[float, float]]) -> float:
     """Gaps between consecutive GPU steps over the span from the first start to the last end."""
     gaps = sum(max(0.0, b[0] - a[1]) for a, b in zip(gpu_steps_ms, gpu_steps_ms[1:]))
     return gaps / (gpu_steps_ms[-1][1] - gpu_steps_ms[0][0])
-
-
-def where_is_the_row() -> str:
-    """A row freed while a step is in flight waits in `deferred_rows` (that step still writes it)."""
-    return "deferred_rows"

@@ -13,8 +13,3 @@ def padded_size(bs: int, max_bs: int) -> int:
     """1, 2, 4, 8, then multiples of 16: the smallest captured size >= bs."""
     sizes = [s for s in (1, 2, 4, 8) if s <= max_bs] + list(range(16, max_bs + 1, 16))
     return min(s for s in sorted(set(sizes + [max_bs])) if s >= bs)
-
-
-def padding_slot(pool) -> int:
-    """A padding lane reads and writes the dummy page's first slot, just past every real page."""
-    return pool.num_pages * pool.page_size

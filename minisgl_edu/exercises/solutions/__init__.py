@@ -1,0 +1,1 @@
+"""The reference solutions of the build exercises (`check NN --solution`)."""

@@ -1,0 +1,148 @@
+"""The build exercises (minisgl_edu/exercises): every reference solution passes, every shipped stub is
+"not attempted", and every deliberately wrong implementation in tests/exercise_mutants/ fails with a
+message naming its problem (the EXPECT line of its docstring)."""
+from __future__ import annotations
+
+import glob
+import io
+import os
+import re
+from contextlib import redirect_stdout
+
+import pytest
+
+from minisgl_edu.exercises.grade import grade_chapter, grade_one, make_stub, solution_path, stub_path
+from minisgl_edu.exercises.registry import EXERCISES, build_exercises, by_id
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MUTANTS = sorted(glob.glob(os.path.join(HERE, "exercise_mutants", "ch*.py")))
+CHAPTERS = range(1, 10)
+
+
+def mutant_exercise(path: str):
+    name = os.path.basename(path)
+    ch = int(name[2:4])
+    return next(e for e in build_exercises(ch) if name[5:].startswith(e.name + "_"))
+
+
+def test_list_prints_one_line_per_exercise():
+    from minisgl_edu.exercises.__main__ import main
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["list"]) == 0
+    lines = out.getvalue().splitlines()
+    assert len(lines) == len(EXERCISES)
+    assert all(re.fullmatch(r"ch0[1-9]  \w+  (build|predict)  \S.*", line) for line in lines), lines
+    builds = build_exercises()
+    assert len(builds) >= 12
+    per = {ch: sum(e.chapter == ch for e in builds) for ch in CHAPTERS}
+    assert all(per[ch] >= 1 for ch in CHAPTERS) and all(per[ch] >= 2 for ch in (3, 4, 5)), per
+
+
+def test_stubs_are_the_solutions_with_bodies_removed():
+    for ch in CHAPTERS:
+        names = {f for e in build_exercises(ch) for f in e.funcs}
+        assert open(stub_path(ch)).read() == make_stub(open(solution_path(ch)).read(), names), \
+            f"stubs/ch{ch:02d}.py is stale: regenerate it with grade.make_stub"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_stub_is_not_attempted(chapter):
+    results = grade_chapter(chapter, stub_path(chapter))
+    assert [r.status for r in results] == ["not attempted"] * len(results), [r.line() for r in results]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_solution_passes(chapter):
+    results = grade_chapter(chapter, solution=True)
+    assert all(r.passed for r in results), [r.line() for r in results]
+
+
+def test_every_exercise_has_two_mutants():
+    count = {e.id: 0 for e in build_exercises()}
+    for m in MUTANTS:
+        count[mutant_exercise(m).id] += 1
+    assert all(n >= 2 for n in count.values()), count
+
+
+@pytest.mark.parametrize("path", MUTANTS, ids=[os.path.basename(m)[:-3] for m in MUTANTS])
+def test_mutant_fails_naming_the_problem(path):
+    expect = re.search(r"EXPECT: (.*)", open(path).read()).group(1)
+    r = grade_one(mutant_exercise(path), path)
+    assert r.status == "wrong", r.line()
+    assert expect in r.message, r.line()
+    assert "\n" not in r.message and "Traceback" not in r.message
+
+
+def test_cli_exit_codes_and_default_file(tmp_path, monkeypatch):
+    from minisgl_edu.exercises.__main__ import main
+    monkeypatch.setenv("MINISGL_EXERCISES_DIR", str(tmp_path))
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["check", "2"]) == 1  # first check: the stub is copied to tmp_path/ch02.py
+    assert "not attempted" in out.getvalue() and "correct" not in out.getvalue().replace("0 of 1 correct", "")
+    assert (tmp_path / "ch02.py").read_text() == open(stub_path(2)).read()
+    (tmp_path / "ch02.py").write_text(open(solution_path(2)).read())
+    with redirect_stdout(io.StringIO()):
+        assert main(["check", "2"]) == 0
+        assert main(["check", "2", "--file", os.path.join(HERE, "exercise_mutants", "ch02_complete_one_skips_token.py")]) == 1
+
+
+def test_capstone_all_solutions_swapped_give_the_library_tokens():
+    """Every build exercise's solution installed at once (as `serve --exercises` does) on the standard cases."""
+    from minisgl_edu.exercises.oracle import STANDARD_CASES, Case, reference, run_case
+    from minisgl_edu.exercises.swap import swapped
+    cases = STANDARD_CASES + (Case(4, 16, 256, 4, overlap=True),)
+    refs = [reference(c).tokens for c in cases]
+    with swapped(build_exercises(), lambda e: solution_path(e.chapter)):
+        mine = [run_case(c).tokens for c in cases]
+    assert mine == refs
+
+
+def test_serve_with_exercises_runs_the_readers_code_in_every_process(tmp_path):
+    """`serve --exercises FOLDER`: every solution, except ch09.py, which is a deliberately wrong detokenizer
+    that holds all text back until the end. The text equals the offline engine's, and the stream arrives
+    as one piece: the detokenizer *process* ran the folder's function."""
+    import json
+    import shutil
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+    for ch in range(1, 9):
+        shutil.copy(solution_path(ch), tmp_path / f"ch{ch:02d}.py")
+    shutil.copy(os.path.join(HERE, "exercise_mutants", "ch09_detokenize_next_hold_all.py"), tmp_path / "ch09.py")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = open(tmp_path / "serve.log", "w")  # a file, not a pipe: a full pipe would block the server
+    proc = subprocess.Popen([sys.executable, "-m", "minisgl_edu.serve", "--exercises", str(tmp_path), "--port", str(port)],
+                            stdout=log, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "server did not come up"
+            time.sleep(0.5)
+        body = {"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0}
+        text = httpx.post(url + "/v1/completions", json=body, timeout=120).json()["choices"][0]["text"]
+        with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=120) as r:
+            events = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+        pieces = [e["choices"][0]["text"] for e in events if e.get("choices") and e["choices"][0]["text"]]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    from minisgl_edu import LLM, SamplingParams
+    offline = LLM(device="cpu").generate(["The capital of France is"], SamplingParams(max_tokens=12), use_tqdm=False)
+    assert text == offline[0]["text"] == "".join(pieces)
+    assert len(pieces) == 1, pieces  # held back to the end: the detokenizer process ran ch09.py's function
+    assert "exercises swapped in: ch01.encode" in (tmp_path / "serve.log").read_text()
