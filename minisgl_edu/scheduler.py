@@ -44,6 +44,7 @@ class TokenOutput:
     token_id: int  # -1 when nothing new was produced (an abort or an error)
     finished: bool
     finish_reason: str | None = None  # "stop" | "length" | "abort"
+    logprobs: tuple[float, list[int], list[float]] | None = None  # (chosen, top ids, top logprobs) if asked
 
 
 def traced(name: str):
@@ -81,6 +82,7 @@ class Scheduler:
         self.max_prefill_tokens = max_prefill_tokens
         self.overlap = overlap
         self.eos = set(eos_token_ids)
+        engine.eos_token_ids = tuple(self.eos)  # min_tokens masks them in the sampler
         self.pending: deque[Req] = deque()  # waiting for admission; a chunked request sits in front
         self.running: list[Req] = []  # decoding
         self.live: dict[int, Req] = {}  # every request not yet finished, by uid
@@ -95,7 +97,7 @@ class Scheduler:
     # ---- receive -------------------------------------------------------------------------------
     def add_request(self, uid: int, token_ids: list[int], sampling: SamplingParams) -> Req:
         """Validate and queue a request. Raises ValueError for input no schedule could serve."""
-        sampling.validate()
+        sampling.validate(self.engine.vocab_size)
         if uid in self.live:
             raise ValueError(f"request id {uid} is already in use")
         if len(token_ids) == 0:
@@ -179,18 +181,20 @@ class Scheduler:
     @traced("process")
     def process(self, batch: Batch, tokens: list[int]) -> list[TokenOutput]:
         out = []
-        for req, tok in zip((batch.reqs[i] for i in batch.sample_rows), tokens):
+        for i, (req, tok) in enumerate(zip((batch.reqs[i] for i in batch.sample_rows), tokens)):
             if req.finish_reason is not None:  # freed after step N while this step was in flight
                 continue
             req.token_ids.append(tok)
             reason = None
-            if tok in self.eos and not req.sampling.ignore_eos:
+            if (tok in self.eos and not req.sampling.ignore_eos) or tok in req.sampling.stop_token_ids:
                 reason = "stop"
             elif len(req.token_ids) >= req.max_device_len:
                 reason = "length"
             if reason:
                 self._finish(req, reason)
-            out.append(TokenOutput(req.uid, tok, reason is not None, reason))
+            k = req.sampling.logprobs
+            out.append(TokenOutput(req.uid, tok, reason is not None, reason,
+                                   batch.logprobs.row(i, k) if k is not None else None))
         return out
 
     def _finish(self, req: Req, reason: str) -> None:

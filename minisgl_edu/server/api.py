@@ -188,6 +188,7 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
     guarded = [Depends(check_key)]
     app.add_api_route("/health", health, methods=["GET"])
     app.add_api_route("/v1/models", models, methods=["GET"], dependencies=guarded)
+    app.add_api_route("/v1/models/{model:path}", model_info, methods=["GET"], dependencies=guarded)
     app.add_api_route("/debug/stats", debug_stats, methods=["GET"], dependencies=guarded)
     app.add_api_route("/v1/chat/completions", chat, methods=["POST"], dependencies=guarded)
     app.add_api_route("/v1/completions", completions, methods=["POST"], dependencies=guarded)
@@ -204,12 +205,24 @@ async def lifespan(app: FastAPI):
     await asyncio.gather(task, return_exceptions=True)  # its `finally` closes the socket
 
 
+RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_long", "too_short",
+                "literal_error", "enum"}
+
+
 async def invalid_body(request: Request, e: RequestValidationError) -> JSONResponse:
+    """400 for bad JSON, an unknown field or a value out of the spec's range; 422 for a wrong shape."""
     errs = e.errors()
     first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
     if any(err.get("type") == "json_invalid" for err in errs):
         return error_json(400, f"the body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
                           "invalid_json")
+    for err in errs:
+        param = ".".join(str(x) for x in err["loc"] if x != "body")
+        if err.get("type") == "extra_forbidden":
+            return error_json(400, f"unknown field {param!r}: not an OpenAI field nor one of this server's "
+                              "extensions (see chapter 9)", "unknown_parameter", param)
+        if err.get("type") in RANGE_ERRORS:
+            return error_json(400, f"{param}: {err['msg']}", "invalid_value", param)
     param = ".".join(str(x) for x in first["loc"] if x != "body")
     return error_json(422, f"{param or 'body'}: {first['msg']}", "invalid_type", param or None)
 
@@ -243,6 +256,11 @@ async def models(request: Request):
     return {"object": "list", "data": [model_card(request.app.state.cfg.served_name)]}
 
 
+async def model_info(model: str, request: Request):
+    check_model(request, model)
+    return model_card(request.app.state.cfg.served_name)
+
+
 async def debug_stats(request: Request):
     """The scheduler's page counts and integrity check (asked through the same pipes as requests)."""
     frontend: Frontend = request.app.state.frontend
@@ -260,14 +278,17 @@ async def debug_stats(request: Request):
 async def chat(body: ChatRequest, request: Request):
     check_model(request, body.model)
     messages = chat_prompt(body)
-    sp = sampling_params(body, body.max_completion_tokens if body.max_tokens is None else body.max_tokens)
+    if body.top_logprobs is not None and not body.logprobs:
+        raise APIError(400, "top_logprobs needs logprobs=true", "invalid_value", "top_logprobs")
+    sp = sampling_params(body, body.max_completion_tokens if body.max_tokens is None else body.max_tokens,
+                         (body.top_logprobs or 0) if body.logprobs else None)
     return await respond(request, body, lambda uid: TokenizeMsg(uid, None, messages, sp), chat=True)
 
 
 async def completions(body: CompletionRequest, request: Request):
     check_model(request, body.model)
     prompt = completion_prompt(body)
-    sp = sampling_params(body, body.max_tokens)
+    sp = sampling_params(body, body.max_tokens, body.logprobs)
     text, ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
     return await respond(request, body, lambda uid: TokenizeMsg(uid, text, None, sp, ids), chat=False)
 

@@ -6,13 +6,19 @@ plain values, so the conformance test can check them against OpenAI's published 
 """
 from __future__ import annotations
 
-from pydantic import BaseModel
+import json
+from typing import Annotated, Literal
+
+import jsonschema
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..messages import UserReply
 from ..req import SamplingParams
 
 DEFAULT_MAX_TOKENS = 256  # when a request names none (OpenAI's "up to the context" is minutes on a CPU)
 MAX_TOKENS_CAP = 2**31 - 1  # larger values are cut here first (the wire carries 64-bit ints), then to the context
+MAX_N = 128  # OpenAI's own limit on n
+MAX_LOGIT_BIAS = 1024  # entries in logit_bias / stop_token_ids (OpenAI states no limit; a vocabulary has ~10^5)
 
 
 class APIError(Exception):
@@ -44,23 +50,51 @@ class ChatMessage(BaseModel):
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
     include_usage: bool = False
+    include_obfuscation: bool | None = None  # OpenAI pads chunks against side channels; we send none
+
+
+class JsonSchemaFormat(BaseModel):
+    name: str
+    description: str | None = None
+    schema_: dict | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
+Unit = Annotated[float, Field(ge=-2, le=2)]  # OpenAI's range for presence and frequency penalties
 
 
 class CommonParams(BaseModel):
+    """The fields both endpoints share. An unknown field is a 400 (`extra="forbid"`): see `REFUSED`."""
+    model_config = ConfigDict(extra="forbid")
     model: str | None = None
     max_tokens: int | None = None
-    temperature: float = 1.0  # OpenAI's default: pass 0 for greedy
-    top_p: float = 1.0
-    top_k: int = -1
+    temperature: Annotated[float, Field(ge=0, le=2)] | None = 1.0  # OpenAI's default: pass 0 for greedy
+    top_p: Annotated[float, Field(ge=0, le=1)] | None = 1.0
+    n: Annotated[int, Field(ge=1, le=MAX_N)] | None = 1
     seed: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool = False
+    stop: str | Annotated[list[str], Field(max_length=4)] | None = None
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
-    n: int = 1
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    ignore_eos: bool = False  # an extension (benchmarks): keep going past the end-of-sequence token
+    presence_penalty: Unit | None = 0.0
+    frequency_penalty: Unit | None = 0.0
+    logit_bias: Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]],
+                          Field(max_length=MAX_LOGIT_BIAS)] | None = None
+    user: str | None = None  # an end-user id for abuse monitoring: accepted, changes nothing
+    # extensions with vLLM's and SGLang's names
+    top_k: int = -1
+    min_p: Annotated[float, Field(ge=0, le=1)] = 0.0
+    repetition_penalty: Annotated[float, Field(gt=0, le=1e6)] = 1.0
+    min_tokens: Annotated[int, Field(ge=0)] = 0
+    stop_token_ids: Annotated[list[int], Field(max_length=MAX_LOGIT_BIAS)] | None = None
+    ignore_eos: bool = False  # benchmarks: keep going past the end-of-sequence token
 
     @property
     def include_usage(self) -> bool:
@@ -74,28 +108,100 @@ class CommonParams(BaseModel):
 class ChatRequest(CommonParams):
     messages: list[ChatMessage]
     max_completion_tokens: int | None = None
-    logprobs: bool | None = None
+    logprobs: bool | None = False
+    top_logprobs: Annotated[int, Field(ge=0, le=20)] | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[dict] | None = None
+    tool_choice: str | dict | None = None
+    parallel_tool_calls: bool | None = None
+    # defined by OpenAI; accepted because they change nothing in the output
+    metadata: dict[str, str] | None = None
+    store: bool | None = False
+    service_tier: Literal["auto", "default"] | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    # defined by OpenAI, not served here: any value but the default is refused (`refuse_unserved`)
+    modalities: list[str] | None = None
+    audio: dict | None = None
+    prediction: dict | None = None
+    reasoning_effort: str | None = None
+    verbosity: str | None = None
+    web_search_options: dict | None = None
+    functions: list[dict] | None = None
+    function_call: str | dict | None = None
 
 
 class CompletionRequest(CommonParams):
     prompt: str | list[int] | list[str]
-    logprobs: int | None = None
-    echo: bool = False
+    logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
+    echo: bool | None = False
+    suffix: str | None = None
+    best_of: Annotated[int, Field(ge=0, le=20)] | None = None
 
 
-def sampling_params(body: CommonParams, max_tokens: int | None) -> SamplingParams:
+# (field, the value it may keep, why any other value is refused) -- never a field silently ignored
+REFUSED = [("store", (False, None), "nothing is stored here"),
+           ("modalities", (None, ["text"]), "only text is generated"),
+           ("audio", (None,), "no audio output"), ("prediction", (None,), "no predicted outputs"),
+           ("reasoning_effort", (None,), "not a reasoning model"), ("verbosity", (None,), "no verbosity control"),
+           ("web_search_options", (None,), "no web search"),
+           ("functions", (None,), "function calling is not supported (nor tools)"),
+           ("function_call", (None, "none"), "function calling is not supported"),
+           ("echo", (False, None), "echo is not supported"),
+           ("suffix", (None, ""), "suffix (fill-in-the-middle) is not supported by these models"),
+           ("best_of", (None, 1), "best_of is not supported: send n and pick")]
+
+
+def refuse_unserved(body: CommonParams) -> None:
+    """A 400 for every OpenAI field this server cannot honour, set to anything but its default."""
+    for name, allowed, why in REFUSED:
+        if name in type(body).model_fields and getattr(body, name) not in allowed:
+            raise APIError(400, f"{name}: {why}", "unsupported_parameter", name)
+    if isinstance(body, ChatRequest) and body.tools and body.tool_choice != "none":
+        raise APIError(400, "tools: tool calls are not implemented by this server (no tool-call parser for any "
+                       "chat template); send tool_choice='none' or no tools", "unsupported_parameter", "tools")
+
+
+def logit_bias_pairs(body: CommonParams) -> tuple[tuple[int, float], ...]:
+    pairs = []
+    for key, bias in (body.logit_bias or {}).items():
+        if not key.isdigit() or int(key) >= 2**31:
+            raise APIError(400, f"logit_bias keys are token ids (decimal strings), got {key[:20]!r}",
+                           "invalid_value", "logit_bias")
+        pairs.append((int(key), float(bias)))
+    return tuple(pairs)
+
+
+def json_schema_of(body: CommonParams) -> str | None:
+    """response_format as the schema text the grammar is compiled from (checked here: a bad one is a 400)."""
+    fmt = getattr(body, "response_format", None)
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return json.dumps({"type": "object"})
+    if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+        raise APIError(400, "response_format.json_schema.schema is required", "invalid_value", "response_format")
+    try:
+        jsonschema.validators.validator_for(fmt.json_schema.schema_).check_schema(fmt.json_schema.schema_)
+    except jsonschema.SchemaError as e:
+        raise APIError(400, f"response_format: not a valid JSON schema: {e.message}", "invalid_value",
+                       "response_format") from None
+    return json.dumps(fmt.json_schema.schema_)
+
+
+def sampling_params(body: CommonParams, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
     """The request's sampling fields as the engine's SamplingParams, checked by the engine's own rules."""
-    unsupported = [(body.n != 1, "n", "only n=1 is supported: send n requests"),
-                   (bool(getattr(body, "logprobs", None)), "logprobs", "logprobs are not supported"),
-                   (getattr(body, "echo", False), "echo", "echo is not supported"),
-                   (body.presence_penalty != 0 or body.frequency_penalty != 0, "presence_penalty",
-                    "presence/frequency penalties are not supported")]
-    for bad, param, message in unsupported:
-        if bad:
-            raise APIError(400, message, "unsupported_parameter", param)
+    refuse_unserved(body)
     max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-    sp = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
-                        max_tokens=min(max_tokens, MAX_TOKENS_CAP), ignore_eos=body.ignore_eos, seed=body.seed)
+    temperature = 1.0 if body.temperature is None else body.temperature
+    sp = SamplingParams(temperature=temperature, top_k=body.top_k,
+                        top_p=1.0 if body.top_p is None else body.top_p,
+                        max_tokens=min(max_tokens, MAX_TOKENS_CAP), ignore_eos=body.ignore_eos, seed=body.seed,
+                        presence_penalty=body.presence_penalty or 0.0,
+                        frequency_penalty=body.frequency_penalty or 0.0,
+                        repetition_penalty=body.repetition_penalty, min_p=body.min_p,
+                        logit_bias=logit_bias_pairs(body), stop_token_ids=tuple(body.stop_token_ids or ()),
+                        min_tokens=body.min_tokens, logprobs=logprobs, json_schema=json_schema_of(body))
     try:
         sp.validate()
     except ValueError as e:
@@ -137,7 +243,7 @@ def model_card(name: str) -> dict:
 def response_body(meta: dict, chat: bool, text: str, last: UserReply, warning: str | None) -> dict:
     """The non-streamed body: one choice holding the whole text."""
     choice = {"index": 0, "finish_reason": last.finish_reason, "logprobs": None}
-    choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
+    choice.update({"message": {"role": "assistant", "content": text, "refusal": None}} if chat else {"text": text})
     out = {**meta, "object": "chat.completion" if chat else "text_completion", "choices": [choice],
            "usage": usage(last)}
     if warning:
