@@ -29,9 +29,10 @@ import hmac
 import itertools
 import json
 import logging
+import os
 import time
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import AsyncIterator
 
 import zmq
@@ -42,9 +43,11 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..messages import AbortMsg, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode, encode, unbatch
+from ..req import SamplingParams
 from .common import ServerConfig, trace
-from .protocol import (APIError, ChatRequest, CommonParams, CompletionRequest, chat_prompt, chunk_body,
-                       completion_prompt, error_body, model_card, response_body, sampling_params, usage_chunk)
+from .protocol import (APIError, ChatRequest, CommonParams, CompletionRequest, DetokenizeRequest, TokenizeRequest,
+                       chat_prompt, chunk_body, completion_prompt, error_body, model_card, response_body,
+                       sampling_params, usage_chunk)
 from .queues import Addresses
 
 log = logging.getLogger("minisgl_edu")
@@ -104,10 +107,13 @@ class Frontend:
         trace(self.cfg, "api", f"send {type(msg).__name__}", [msg.uid])
         self.to_tokenizers[self.addrs.tokenizer_of(msg.uid)].send(encode(msg))
 
-    def open(self) -> tuple[int, asyncio.Queue]:
-        uid = next(self.uids)
+    def new_uid(self) -> int:
+        return next(self.uids)
+
+    def open(self, uid: int) -> asyncio.Queue:
+        """Register the queue the replies for `uid` will land in."""
         self.queues[uid] = asyncio.Queue()
-        return uid, self.queues[uid]
+        return self.queues[uid]
 
     def close(self, uid: int, abort: bool) -> None:
         if self.queues.pop(uid, None) is not None and abort and self.dead is None:
@@ -181,6 +187,8 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
     """The FastAPI app: error handlers, the body limit and the routes; the state sits on `app.state`."""
     app = FastAPI(title="minisgl-edu", lifespan=lifespan)
     app.state.cfg, app.state.frontend = cfg, frontend
+    app.state.tokenizer, app.state.tokenizer_lock = None, asyncio.Lock()
+    app.state.context_length = context_length(cfg)
     app.add_exception_handler(APIError, lambda request, e: error_json(e.status, e.message, e.code, e.param))
     app.add_exception_handler(RequestValidationError, invalid_body)
     app.add_exception_handler(StarletteHTTPException, lambda request, e: error_json(e.status_code, str(e.detail)))
@@ -192,7 +200,19 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
     app.add_api_route("/debug/stats", debug_stats, methods=["GET"], dependencies=guarded)
     app.add_api_route("/v1/chat/completions", chat, methods=["POST"], dependencies=guarded)
     app.add_api_route("/v1/completions", completions, methods=["POST"], dependencies=guarded)
+    app.add_api_route("/tokenize", tokenize, methods=["POST"], dependencies=guarded)
+    app.add_api_route("/detokenize", detokenize, methods=["POST"], dependencies=guarded)
     return app
+
+
+def context_length(cfg: ServerConfig) -> int | None:
+    """What /tokenize reports as max_model_len: --context-length, else the model's config."""
+    try:
+        with open(os.path.join(cfg.model_path, "config.json")) as f:
+            n = json.load(f).get("max_position_embeddings")
+    except OSError:
+        n = None
+    return min(x for x in (cfg.context_length, n) if x) if (cfg.context_length or n) else None
 
 
 @asynccontextmanager
@@ -209,6 +229,11 @@ RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_eq
                 "literal_error", "enum"}
 
 
+def field_path(loc: tuple) -> str:
+    """('body', 'stop', 'list[str]') -> 'stop': the request's own field names, without pydantic's union tags."""
+    return ".".join(str(x) for x in loc[1:] if isinstance(x, int) or str(x).isidentifier())
+
+
 async def invalid_body(request: Request, e: RequestValidationError) -> JSONResponse:
     """400 for bad JSON, an unknown field or a value out of the spec's range; 422 for a wrong shape."""
     errs = e.errors()
@@ -217,13 +242,13 @@ async def invalid_body(request: Request, e: RequestValidationError) -> JSONRespo
         return error_json(400, f"the body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
                           "invalid_json")
     for err in errs:
-        param = ".".join(str(x) for x in err["loc"] if x != "body")
+        param = field_path(err["loc"])
         if err.get("type") == "extra_forbidden":
             return error_json(400, f"unknown field {param!r}: not an OpenAI field nor one of this server's "
                               "extensions (see chapter 9)", "unknown_parameter", param)
         if err.get("type") in RANGE_ERRORS:
             return error_json(400, f"{param}: {err['msg']}", "invalid_value", param)
-    param = ".".join(str(x) for x in first["loc"] if x != "body")
+    param = field_path(first["loc"])
     return error_json(422, f"{param or 'body'}: {first['msg']}", "invalid_type", param or None)
 
 
@@ -264,7 +289,8 @@ async def model_info(model: str, request: Request):
 async def debug_stats(request: Request):
     """The scheduler's page counts and integrity check (asked through the same pipes as requests)."""
     frontend: Frontend = request.app.state.frontend
-    uid, q = frontend.open()
+    uid = frontend.new_uid()
+    q = frontend.open(uid)
     frontend.send(StatsMsg(uid))
     try:
         reply = await asyncio.wait_for(q.get(), timeout=30)
@@ -282,7 +308,7 @@ async def chat(body: ChatRequest, request: Request):
         raise APIError(400, "top_logprobs needs logprobs=true", "invalid_value", "top_logprobs")
     sp = sampling_params(body, body.max_completion_tokens if body.max_tokens is None else body.max_tokens,
                          (body.top_logprobs or 0) if body.logprobs else None)
-    return await respond(request, body, lambda uid: TokenizeMsg(uid, None, messages, sp), chat=True)
+    return await respond(request, body, lambda uid, sp: TokenizeMsg(uid, None, messages, sp), sp, chat=True)
 
 
 async def completions(body: CompletionRequest, request: Request):
@@ -290,43 +316,146 @@ async def completions(body: CompletionRequest, request: Request):
     prompt = completion_prompt(body)
     sp = sampling_params(body, body.max_tokens, body.logprobs)
     text, ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
-    return await respond(request, body, lambda uid: TokenizeMsg(uid, text, None, sp, ids), chat=False)
+    return await respond(request, body, lambda uid, sp: TokenizeMsg(uid, text, None, sp, ids), sp, chat=False)
 
 
-async def submit(frontend: Frontend, make_msg, request: Request) -> tuple[int, asyncio.Queue, UserReply]:
-    """Take a uid, send the request built for it, wait for its first reply (a refusal gets its status)."""
-    uid, q = frontend.open()
+async def tokenizer_of(request: Request):
+    """The API process's own tokenizer, loaded on the first /tokenize or /detokenize (off the event loop)."""
+    state = request.app.state
+    async with state.tokenizer_lock:
+        if state.tokenizer is None:
+            from transformers import AutoTokenizer
+            state.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, state.cfg.model_path)
+    return state.tokenizer
+
+
+async def tokenize(body: TokenizeRequest, request: Request):
+    """vLLM's and SGLang's /tokenize: the token ids (and their text) of a prompt or of chat messages."""
+    check_model(request, body.model)
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError(400, "send exactly one of prompt and messages", "invalid_value", "prompt")
+    tok = await tokenizer_of(request)
     try:
-        frontend.send(make_msg(uid))
+        if body.messages is not None:
+            ids = tok.apply_chat_template([m.as_dict() for m in body.messages], tokenize=True,
+                                          add_generation_prompt=body.add_generation_prompt)
+            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        else:
+            ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+    except Exception as e:  # a template that rejects the roles
+        raise APIError(400, f"cannot tokenize: {e}", "invalid_value") from None
+    return {"count": len(ids), "max_model_len": request.app.state.context_length, "tokens": ids,
+            "token_strs": tok.convert_ids_to_tokens(ids)}
+
+
+async def detokenize(body: DetokenizeRequest, request: Request):
+    check_model(request, body.model)
+    tok = await tokenizer_of(request)
+    if not all(0 <= t < len(tok) for t in body.tokens):
+        raise APIError(400, f"token ids must lie in [0, {len(tok)})", "invalid_value", "tokens")
+    return {"prompt": tok.decode(body.tokens)}
+
+
+async def submit(frontend: Frontend, msg: TokenizeMsg, request: Request) -> tuple[asyncio.Queue, UserReply]:
+    """Send a request under its uid and wait for its first reply (a refusal gets its status code)."""
+    q = frontend.open(msg.uid)
+    try:
+        frontend.send(msg)
     except (OverflowError, ValueError) as e:  # msgpack: ints beyond 64 bits, strings with lone surrogates
-        frontend.close(uid, abort=False)
+        frontend.close(msg.uid, abort=False)
         raise APIError(400, f"the request cannot be encoded: {e}", "invalid_value") from None
     first = await next_reply(q, request)  # the client waits for the first token anyway
     if first is None:
-        frontend.close(uid, abort=True)
+        frontend.close(msg.uid, abort=True)
         raise APIError(499, "the client went away")
     if first.error is not None:
-        frontend.close(uid, abort=False)
+        frontend.close(msg.uid, abort=False)
+        field = first.error.split()[0]  # SamplingParams.validate's messages start with the field's name
         raise APIError(first.status, first.error, "context_length_exceeded" if first.status == 413 else
-                       "invalid_request")
-    return uid, q, first
+                       "invalid_request", field if field in SamplingParams.__dataclass_fields__ else None)
+    return q, first
 
 
-async def respond(request: Request, body: CommonParams, make_msg, chat: bool):
+async def prefill_once(frontend: Frontend, make_msg, sp: SamplingParams, request: Request) -> None:
+    """n > 1: one request of one token puts the prompt's KV into the radix cache; the n samples then match
+    it and compute only the last prompt token each (chapter 5)."""
+    uid = frontend.new_uid()
+    q, reply = await submit(frontend, make_msg(uid, replace(sp, max_tokens=1, min_tokens=0, logprobs=None)), request)
+    try:
+        while not reply.finished:
+            reply = await next_reply(q, request)
+            if reply is None or reply.error is not None:
+                raise APIError(503 if reply else 499, reply.error if reply else "the client went away")
+    finally:
+        frontend.close(uid, abort=reply is None or not reply.finished)
+
+
+async def start_choices(frontend: Frontend, make_msg, sp: SamplingParams, n: int, request: Request) -> list:
+    """(uid, queue, first reply) of each of the n choices; sample i of a seeded request uses seed + i."""
+    if n > 1:
+        await prefill_once(frontend, make_msg, sp, request)
+    started = []
+    try:
+        for i in range(n):
+            uid = frontend.new_uid()
+            seed = None if sp.seed is None else sp.seed + i
+            started.append((uid, *await submit(frontend, make_msg(uid, replace(sp, seed=seed)), request)))
+    except BaseException:
+        for uid, _, _ in started:
+            frontend.close(uid, abort=True)
+        raise
+    return started
+
+
+async def respond(request: Request, body: CommonParams, make_msg, sp: SamplingParams, chat: bool):
     cfg, frontend = request.app.state.cfg, request.app.state.frontend
-    uid, q, first = await submit(frontend, make_msg, request)
+    started = await start_choices(frontend, make_msg, sp, body.n or 1, request)
+    first = started[0][2]
     headers = {"x-minisgl-warning": first.warning} if first.warning else {}
-    meta = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{uid}", "created": int(time.time()), "model": cfg.served_name}
-    replies = stream_replies(frontend, uid, q, first, StopStrings(body.stops), request)
+    meta = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{started[0][0]}", "created": int(time.time()),
+            "model": cfg.served_name}
+    streams = [stream_replies(frontend, uid, q, f, StopStrings(body.stops), request) for uid, q, f in started]
     if body.stream:
-        return StreamingResponse(sse(replies, meta, chat, body.include_usage), media_type="text/event-stream",
-                                 headers=headers)
-    text, last = [], first
+        return StreamingResponse(sse(merge(streams), meta, chat, body.include_usage, len(streams)),
+                                 media_type="text/event-stream", headers=headers)
+    choices = await asyncio.gather(*(collect(s) for s in streams))
+    dead = next((last for _, _, last in choices if last.error is not None), None)
+    if dead is not None:
+        return error_json(dead.status, dead.error, "worker_died")
+    return JSONResponse(response_body(meta, chat, choices, first.warning, sp.logprobs is not None), headers=headers)
+
+
+async def collect(replies) -> tuple[str, list[dict], UserReply]:
+    """A choice's whole text, its logprob entries and its last reply."""
+    text, logprobs, last = [], [], None
     async for piece, last in replies:
         text.append(piece)
-    if last.error is not None:
-        return error_json(last.status, last.error, "worker_died")
-    return JSONResponse(response_body(meta, chat, "".join(text), last, first.warning), headers=headers)
+        logprobs.extend(last.logprobs or [])
+    return "".join(text), logprobs, last
+
+
+async def merge(streams: list) -> AsyncIterator[tuple[int, str, UserReply]]:
+    """(choice index, text, reply) from n streams as they arrive; one stream is read directly."""
+    if len(streams) == 1:
+        async for text, reply in streams[0]:
+            yield 0, text, reply
+        return
+    q: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, replies) -> None:
+        try:
+            async for text, reply in replies:
+                await q.put((i, text, reply))
+        finally:
+            await q.put(None)
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        for _ in range(len(streams)):
+            while (item := await q.get()) is not None:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()
 
 
 async def stream_replies(frontend: Frontend, uid: int, q: asyncio.Queue, first: UserReply, stops: StopStrings,
@@ -351,20 +480,24 @@ async def stream_replies(frontend: Frontend, uid: int, q: asyncio.Queue, first: 
         frontend.close(uid, abort=not engine_done)  # a stop string, a gone client: free its pages
 
 
-async def sse(replies, meta: dict, chat: bool, include_usage: bool) -> AsyncIterator[str]:
+async def sse(replies, meta: dict, chat: bool, include_usage: bool, n: int) -> AsyncIterator[str]:
     """Server-sent events: a role chunk (chat), one chunk per piece of text, the finish, usage, [DONE]."""
     event = lambda obj: f"data: {json.dumps(obj)}\n\n"
     if chat:
-        yield event(chunk_body(meta, chat, "", None, role=True))
-    last = None
-    async for text, last in replies:
-        if last.error is not None:  # a worker died mid-stream: say so, then end without [DONE]
-            yield event({"error": {"message": last.error, "type": "service_unavailable"}})
+        for i in range(n):
+            yield event(chunk_body(meta, chat, i, "", None, None, role=True))
+    last: dict[int, UserReply] = {}
+    offset = [0] * n  # completions' text_offset: characters of logprob tokens sent so far, per choice
+    async for i, text, reply in replies:
+        last[i] = reply
+        if reply.error is not None:  # a worker died mid-stream: say so, then end without [DONE]
+            yield event({"error": {"message": reply.error, "type": "service_unavailable"}})
             return
-        if text:
-            yield event(chunk_body(meta, chat, text, None))
-        if last.finished:
-            yield event(chunk_body(meta, chat, None if chat else "", last.finish_reason))
-    if include_usage and last is not None:
-        yield event(usage_chunk(meta, chat, last))
+        if text or reply.logprobs:
+            yield event(chunk_body(meta, chat, i, text, None, reply.logprobs, offset=offset[i]))
+            offset[i] += sum(len(e["token"]) for e in reply.logprobs or [])
+        if reply.finished:
+            yield event(chunk_body(meta, chat, i, None if chat else "", reply.finish_reason, None))
+    if include_usage and last:
+        yield event(usage_chunk(meta, chat, list(last.values())))
     yield "data: [DONE]\n\n"

@@ -17,7 +17,7 @@ from ..req import SamplingParams
 
 DEFAULT_MAX_TOKENS = 256  # when a request names none (OpenAI's "up to the context" is minutes on a CPU)
 MAX_TOKENS_CAP = 2**31 - 1  # larger values are cut here first (the wire carries 64-bit ints), then to the context
-MAX_N = 128  # OpenAI's own limit on n
+MAX_N = 16  # OpenAI allows 128; each sample here is a whole request, so fewer
 MAX_LOGIT_BIAS = 1024  # entries in logit_bias / stop_token_ids (OpenAI states no limit; a vocabulary has ~10^5)
 
 
@@ -139,6 +139,22 @@ class CompletionRequest(CommonParams):
     best_of: Annotated[int, Field(ge=0, le=20)] | None = None
 
 
+class TokenizeRequest(BaseModel):
+    """vLLM's /tokenize: a prompt, or chat messages through the chat template."""
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    model: str | None = None
+    tokens: Annotated[list[int], Field(max_length=1 << 20)]
+
+
 # (field, the value it may keep, why any other value is refused) -- never a field silently ignored
 REFUSED = [("store", (False, None), "nothing is stored here"),
            ("modalities", (None, ["text"]), "only text is generated"),
@@ -231,36 +247,62 @@ def completion_prompt(body: CompletionRequest) -> str | list[int]:
 
 
 # ---- response bodies -------------------------------------------------------------------------------
-def usage(reply: UserReply) -> dict:
-    return {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-            "total_tokens": reply.prompt_tokens + reply.completion_tokens}
+def usage(lasts: list[UserReply]) -> dict:
+    """One prompt (counted once, also for n > 1) and the completion tokens of every choice."""
+    prompt, completion = lasts[0].prompt_tokens, sum(r.completion_tokens for r in lasts)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def model_card(name: str) -> dict:
     return {"id": name, "object": "model", "created": 0, "owned_by": "minisgl-edu"}
 
 
-def response_body(meta: dict, chat: bool, text: str, last: UserReply, warning: str | None) -> dict:
-    """The non-streamed body: one choice holding the whole text."""
-    choice = {"index": 0, "finish_reason": last.finish_reason, "logprobs": None}
-    choice.update({"message": {"role": "assistant", "content": text, "refusal": None}} if chat else {"text": text})
-    out = {**meta, "object": "chat.completion" if chat else "text_completion", "choices": [choice],
-           "usage": usage(last)}
+def chat_logprobs(entries: list[dict] | None) -> dict | None:
+    return None if entries is None else {"content": entries, "refusal": None}
+
+
+def completion_logprobs(entries: list[dict] | None, start: int = 0) -> dict | None:
+    """The legacy completions shape: parallel lists; text_offset counts characters from the choice's start."""
+    if entries is None:
+        return None
+    offsets, at = [], start
+    for e in entries:
+        offsets.append(at)
+        at += len(e["token"])
+    return {"tokens": [e["token"] for e in entries], "token_logprobs": [e["logprob"] for e in entries],
+            "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+            "text_offset": offsets}
+
+
+def response_body(meta: dict, chat: bool, choices: list[tuple[str, list[dict], UserReply]],
+                  warning: str | None, asked_logprobs: bool) -> dict:
+    """The non-streamed body: one choice per sample, each holding its whole text."""
+    out = []
+    for i, (text, entries, last) in enumerate(choices):
+        lp = entries if asked_logprobs else None
+        choice = {"index": i, "finish_reason": last.finish_reason,
+                  "logprobs": chat_logprobs(lp) if chat else completion_logprobs(lp)}
+        choice.update({"message": {"role": "assistant", "content": text, "refusal": None}} if chat else {"text": text})
+        out.append(choice)
+    body = {**meta, "object": "chat.completion" if chat else "text_completion", "choices": out,
+            "usage": usage([last for _, _, last in choices])}
     if warning:
-        out["warnings"] = [warning]
-    return out
+        body["warnings"] = [warning]
+    return body
 
 
-def chunk_body(meta: dict, chat: bool, text: str | None, finish: str | None, role: bool = False) -> dict:
-    """One streamed chunk: a piece of text, or (finish set) the end of the choice."""
+def chunk_body(meta: dict, chat: bool, index: int, text: str | None, finish: str | None,
+               entries: list[dict] | None, role: bool = False, offset: int = 0) -> dict:
+    """One streamed chunk of choice `index`: a piece of text (with its logprobs), or the choice's end."""
     if chat:
         delta = ({"role": "assistant"} if role else {}) | ({"content": text} if text is not None else {})
-        choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+        choice = {"index": index, "delta": delta, "finish_reason": finish, "logprobs": chat_logprobs(entries)}
     else:
-        choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+        choice = {"index": index, "text": text or "", "finish_reason": finish,
+                  "logprobs": completion_logprobs(entries, offset)}
     return {**meta, "object": "chat.completion.chunk" if chat else "text_completion", "choices": [choice]}
 
 
-def usage_chunk(meta: dict, chat: bool, last: UserReply) -> dict:
+def usage_chunk(meta: dict, chat: bool, lasts: list[UserReply]) -> dict:
     return {**meta, "object": "chat.completion.chunk" if chat else "text_completion", "choices": [],
-            "usage": usage(last)}
+            "usage": usage(lasts)}

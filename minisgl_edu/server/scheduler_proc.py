@@ -80,8 +80,9 @@ def stats(sched, uid: int) -> StatsReply:
         except AssertionError as e:
             integrity = f"failed: {e}"
     pool = sched.pool
+    prefills = [s for s in sched.stats if s.phase == "prefill"]
     return StatsReply(uid, pool.num_pages, pool.num_free_pages, sched.cache.size // pool.page_size, len(sched.live),
-                      integrity)
+                      integrity, sum(s.tokens for s in prefills), sum(s.cache_hit_tokens for s in prefills))
 
 
 def run_scheduler(rank: int, cfg: ServerConfig, addrs: Addresses, parent_pid: int) -> None:
@@ -153,7 +154,7 @@ def scheduler_loop(sched, io: RankIO, cfg: ServerConfig, name: str) -> None:
             for out in sched.step():
                 n = prompt_len.pop(out.uid, 0) if out.finished else prompt_len.get(out.uid, 0)
                 replies.append(DetokenizeMsg(out.uid, out.token_id, out.finished, out.finish_reason, n,
-                                             clamped=out.uid in clamped))
+                                             clamped=out.uid in clamped, logprobs=out.logprobs))
                 clamped.discard(out.uid)
             if sched.idle:
                 sched.check_integrity()  # every page is free or cached once nothing runs
