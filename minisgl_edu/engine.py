@@ -152,7 +152,7 @@ class Engine:
             return torch.zeros(0, dtype=torch.int32, device=self.device)
         sampled = [batch.reqs[i] for i in batch.sample_rows]
         logits = self.model.logits(h[to_device(last, self.device)])
-        st = SamplingTensors.from_reqs(sampled, self.vocab_size, self.device, self.eos_token_ids)
+        st = SamplingTensors.from_reqs(sampled, self.vocab_size, self.device, self.eos_token_ids, self.pool.token_pool)
         tokens = sample(apply_controls(logits, st, self.pool.token_pool), st, self.generator)
         if st.logprobs_k >= 0:  # chapter 9: read from the raw logits; they ride back with the tokens (no sync)
             batch.logprobs = token_logprobs(logits, tokens, st.logprobs_k).to_host()

@@ -94,6 +94,7 @@ class Req:
     matched_len: int = 0  # how much of the prompt came from the prefix cache (page-aligned)
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     clamped: bool = False  # max_tokens was cut to fit the context
+    grammar: Any = None  # grammar.GrammarState when sampling.json_schema is set (chapter 9)
 
     def __post_init__(self) -> None:
         self.prompt_len = self.prompt_len or len(self.token_ids)

@@ -3,7 +3,7 @@ with no host synchronisation (the tensors of parameters travel with non-blocking
 
 Chapter 9's controls run before the draw, each vectorised over the batch, in this order:
 
-    raw logits --(logprobs are read here)--> + logit_bias, min_tokens mask, grammar mask
+    raw logits --(logprobs are read here)--> + logit_bias, min_tokens mask, grammar mask (grammar.py)
                --> repetition / presence / frequency penalties --> temperature --> top-k, top-p, min-p --> draw
 
 The penalties count the tokens each row already holds from the device's token pool (chapter 4), not
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .grammar import allowed_mask
 from .paging import to_device
 from .req import Req
 
@@ -46,10 +47,11 @@ class SamplingTensors:
     bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (rows, token ids, added value)
     banned: tuple[torch.Tensor, torch.Tensor] | None = None  # (rows, token ids) set to -inf (min_tokens)
     logprobs_k: int = -1  # -1: no request wants logprobs; else the most top alternatives any row asked for
+    allowed: torch.Tensor | None = None  # [B, V] bool: the grammar masks of constrained rows (chapter 9)
 
     @staticmethod
-    def from_reqs(reqs: list[Req], vocab: int, device: torch.device,
-                  eos_token_ids: tuple[int, ...] = ()) -> "SamplingTensors":
+    def from_reqs(reqs: list[Req], vocab: int, device: torch.device, eos_token_ids: tuple[int, ...] = (),
+                  token_pool: torch.Tensor | None = None) -> "SamplingTensors":
         sp = [r.sampling for r in reqs]
         all_greedy = all(p.temperature == 0 for p in sp)
         t = np.array([p.temperature for p in sp], np.float32)  # numpy first: ~10x cheaper than torch.tensor(list)
@@ -66,6 +68,9 @@ class SamplingTensors:
             st.penalties = _penalties(reqs, dev)
         st.bias, st.banned = _sparse_edits(reqs, eos_token_ids, dev)
         st.logprobs_k = max((q.logprobs for q in sp if q.logprobs is not None), default=-1)
+        if token_pool is not None and any(r.grammar is not None for r in reqs):
+            mask = allowed_mask(reqs, vocab, token_pool)
+            st.allowed = mask if device.type != "cuda" else mask.pin_memory().to(device, non_blocking=True)
         return st
 
 
@@ -90,7 +95,7 @@ def _sparse_edits(reqs: list[Req], eos: tuple[int, ...], dev):
 
 def apply_controls(logits: torch.Tensor, st: SamplingTensors, token_pool: torch.Tensor) -> torch.Tensor:
     """logits [B, V] -> logits after logit_bias, the min_tokens ban and the penalties (a new tensor)."""
-    if st.bias is None and st.banned is None and st.penalties is None:
+    if st.bias is None and st.banned is None and st.penalties is None and st.allowed is None:
         return logits
     logits = logits.clone()  # the raw logits stay as they are: logprobs are read from them
     if st.bias is not None:
@@ -98,6 +103,8 @@ def apply_controls(logits: torch.Tensor, st: SamplingTensors, token_pool: torch.
         logits.index_put_((rows, toks), vals, accumulate=True)
     if st.banned is not None:
         logits[st.banned] = float("-inf")
+    if st.allowed is not None:
+        logits.masked_fill_(~st.allowed, float("-inf"))
     if st.penalties is not None:
         logits = penalise(logits, st.penalties, token_pool)
     return logits

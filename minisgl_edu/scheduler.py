@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from .engine import Engine
+from .grammar import backend_for
 from .paging import cdiv
 from .prefill import PrefillAdder, pages_to_finish
 from .radix import make_cache
@@ -110,6 +111,9 @@ class Scheduler:
             raise ValueError(f"the prompt has {len(token_ids)} tokens; the context holds {ctx}, "
                              "including at least one generated token")
         req = Req(uid, list(token_ids), sampling)
+        if sampling.json_schema is not None:  # compiled at admission: a schema xgrammar refuses is a ValueError
+            req.grammar = backend_for(self.engine.cfg.model_path, self.engine.vocab_size, tuple(self.eos)).new_state(
+                sampling.json_schema)
         if req.max_device_len > ctx:  # clamp the output to the context (callers are told: req.clamped)
             req.max_device_len = ctx
             req.clamped = True
