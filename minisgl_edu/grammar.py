@@ -14,6 +14,7 @@ step, paid only by batches that hold a constrained request.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +55,8 @@ class GrammarBackend:
         try:
             return GrammarState(xgr.GrammarMatcher(self.compile(schema)))
         except RuntimeError as e:  # xgrammar reports unsupported or malformed schemas as RuntimeError
-            raise ValueError(f"json_schema cannot be compiled: {str(e).splitlines()[-1][:300]}") from None
+            why = re.sub(r"^\[[\d:]+\] \S+: ", "", str(e).splitlines()[-1])  # drop xgrammar's time and source line
+            raise ValueError(f"json_schema cannot be compiled: {why[:300]}") from None
 
 
 @functools.lru_cache(maxsize=4)

@@ -219,6 +219,39 @@ def test_n_samples_share_one_prefill(server, client, tokenizer):
     assert [streamed[i] for i in range(4)] == [c.text for c in r.choices]
 
 
+# ---- structured output -----------------------------------------------------------------------------
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 10}, "age": {"type": "integer"}},
+          "required": ["name", "age"], "additionalProperties": False}
+
+
+def test_response_format_json_schema_and_json_object(client):
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    kw = dict(model=MODEL, messages=msgs("Describe a pirate as JSON."), max_tokens=40, temperature=0)
+    r = client.chat.completions.create(**kw, response_format=fmt).choices[0]
+    assert r.finish_reason == "stop"
+    jsonschema.validate(json.loads(r.message.content), PERSON)
+    streamed = "".join(c.choices[0].delta.content or "" for c in
+                       client.chat.completions.create(**kw, response_format=fmt, stream=True) if c.choices)
+    assert streamed == r.message.content
+    obj = client.chat.completions.create(**kw, response_format={"type": "json_object"}).choices[0]
+    assert obj.finish_reason == "length" or isinstance(json.loads(obj.message.content), dict)
+
+
+@pytest.mark.parametrize("schema", [{"type": 5}, {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}}])
+def test_invalid_schema_is_400(server, schema):
+    body = {"messages": msgs("hi"), "max_tokens": 4,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}}
+    r = httpx.post(server.url + "/v1/chat/completions", json=body, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "response_format", r.text
+
+
+def test_unreachable_schema_ends_with_length(client):
+    fmt = {"type": "json_schema", "json_schema": {"name": "long", "schema": {
+        "type": "object", "properties": {"s": {"type": "string", "minLength": 400}}, "required": ["s"]}}}
+    r = client.chat.completions.create(model=MODEL, messages=msgs("hi"), max_tokens=8, response_format=fmt)
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 8
+
+
 # ---- the server stays whole ------------------------------------------------------------------------
 def test_every_page_returns_to_the_pool(server):
     s = stats(server)

@@ -73,7 +73,7 @@ def test_twenty_json_schema_outputs_validate_overlap_on_and_off(llm, tokenizer):
         for ids in outs[overlap]:
             jsonschema.validate(json.loads(tokenizer.decode(ids, skip_special_tokens=True)), SCHEMA)
     assert outs[True] == outs[False]
-    free, _ = run(llm.scheduler, prompts[:3], SamplingParams(max_tokens=20), first_uid=5000)
+    free, _ = run(llm.scheduler, prompts[:3], SamplingParams(max_tokens=12), first_uid=5000)
     assert not all(_parses(tokenizer.decode(ids, skip_special_tokens=True), SCHEMA) for ids in free)
     llm.scheduler.check_integrity()
 

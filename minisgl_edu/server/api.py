@@ -356,6 +356,9 @@ async def detokenize(body: DetokenizeRequest, request: Request):
     return {"prompt": tok.decode(body.tokens)}
 
 
+PARAM_OF = {"json_schema": "response_format"}  # SamplingParams' name -> the request's field
+
+
 async def submit(frontend: Frontend, msg: TokenizeMsg, request: Request) -> tuple[asyncio.Queue, UserReply]:
     """Send a request under its uid and wait for its first reply (a refusal gets its status code)."""
     q = frontend.open(msg.uid)
@@ -371,8 +374,9 @@ async def submit(frontend: Frontend, msg: TokenizeMsg, request: Request) -> tupl
     if first.error is not None:
         frontend.close(msg.uid, abort=False)
         field = first.error.split()[0]  # SamplingParams.validate's messages start with the field's name
+        param = None if field not in SamplingParams.__dataclass_fields__ else PARAM_OF.get(field, field)
         raise APIError(first.status, first.error, "context_length_exceeded" if first.status == 413 else
-                       "invalid_request", field if field in SamplingParams.__dataclass_fields__ else None)
+                       "invalid_request", param)
     return q, first
 
 
