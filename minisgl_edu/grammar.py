@@ -36,7 +36,10 @@ class GrammarBackend:
     """xgrammar's tokenizer info and compiler for one model (its vocabulary and stop tokens)."""
 
     def __init__(self, model_path: str, vocab_size: int, stop_token_ids: tuple[int, ...]):
-        import xgrammar as xgr
+        try:
+            import xgrammar as xgr
+        except ImportError:  # a refusal (400), not a dead scheduler
+            raise ValueError("json_schema needs the xgrammar package (pip install xgrammar)") from None
         from transformers import AutoTokenizer
         tok = AutoTokenizer.from_pretrained(model_path)
         self.info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab_size,
