@@ -11,7 +11,7 @@ Errors are OpenAI-shaped (`{"error": {"message", "type", "param", "code"}}`):
 
 | status | when |
 | --- | --- |
-| 400 | the body is not JSON; a value out of range (`SamplingParams.validate`: temperature < 0, top_p outside (0, 1], max_tokens <= 0, ...); empty messages or prompt; unsupported options (`n` > 1, `logprobs`, `echo`, penalties) |
+| 400 | the body is not JSON; a value outside OpenAI's stated range or `SamplingParams.validate`'s; an unknown field; an OpenAI field this server cannot honour (`protocol.REFUSED`, `tools`); a schema that is not one; empty messages or prompt |
 | 401 | `--api-key` is set and the `Authorization: Bearer` header is missing or wrong |
 | 404 | an unknown model name; an unknown route |
 | 413 | the prompt does not fit the model's context (or the body exceeds 16 MiB) |
