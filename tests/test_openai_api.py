@@ -130,6 +130,15 @@ def test_completions_refusals(server, field, value):
     assert r.status_code == 400 and r.json()["error"]["param"] == field, r.text
 
 
+def test_a_received_message_can_be_sent_back_and_tool_messages_are_refused(client, server):
+    first = client.chat.completions.create(model=MODEL, messages=msgs("Hi!"), max_tokens=4, temperature=0)
+    history = msgs("Hi!") + [first.choices[0].message.model_dump()] + msgs("And?")  # nulls and all
+    assert client.chat.completions.create(model=MODEL, messages=history, max_tokens=2).choices[0].message.content
+    tool = msgs("hi") + [{"role": "assistant", "tool_calls": [{"id": "1", "type": "function"}]}]
+    r = httpx.post(server.url + "/v1/chat/completions", json={"messages": tool, "max_tokens": 2}, timeout=60)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages", r.text
+
+
 # ---- tokenize ------------------------------------------------------------------------------------
 def test_tokenize_and_detokenize_round_trip(server, tokenizer):
     text = "Tokyo is 東京."

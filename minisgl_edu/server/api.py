@@ -335,10 +335,10 @@ async def tokenize(body: TokenizeRequest, request: Request):
     if (body.prompt is None) == (body.messages is None):
         raise APIError(400, "send exactly one of prompt and messages", "invalid_value", "prompt")
     tok = await tokenizer_of(request)
+    messages = None if body.messages is None else [m.as_dict() for m in body.messages]
     try:
-        if body.messages is not None:
-            ids = tok.apply_chat_template([m.as_dict() for m in body.messages], tokenize=True,
-                                          add_generation_prompt=body.add_generation_prompt)
+        if messages is not None:
+            ids = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=body.add_generation_prompt)
             ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
         else:
             ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)

@@ -36,17 +36,31 @@ def error_body(status: int, message: str, code: str | None = None, param: str | 
 
 # ---- request bodies --------------------------------------------------------------------------------
 class TextPart(BaseModel):
-    type: str = "text"
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text"] = "text"
     text: str
 
 
 class ChatMessage(BaseModel):
+    """One message. A client may send back the assistant message it received (with its null fields)."""
+    model_config = ConfigDict(extra="forbid")
     role: str
     content: str | list[TextPart] | None = None
+    name: str | None = None  # passed to the chat template
+    refusal: str | None = None
+    annotations: list | None = None
+    tool_calls: list | None = None
+    tool_call_id: str | None = None
+    function_call: dict | None = None
+    audio: dict | None = None
 
     def as_dict(self) -> dict:
+        for field in ("tool_calls", "tool_call_id", "function_call", "audio"):
+            if getattr(self, field):
+                raise APIError(400, f"messages: {field} is not supported (no tool calls or audio here)",
+                               "unsupported_parameter", "messages")
         text = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
-        return {"role": self.role, "content": text}
+        return {"role": self.role, "content": text} | ({"name": self.name} if self.name else {})
 
 
 class StreamOptions(BaseModel):
