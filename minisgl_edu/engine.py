@@ -18,7 +18,7 @@ from .model import build_model, load_config
 from .model.layers import use_fused_kernels
 from .paging import KVCache, PagePool, extend_spans, to_device
 from .req import Batch
-from .sampling import SamplingTensors, sample
+from .sampling import SamplingTensors, apply_controls, sample, token_logprobs
 from .tp import min_over_ranks
 from .trace import Timeline
 
@@ -46,6 +46,7 @@ class Engine:
         name = cfg.attention or ("flashinfer" if self.device.type == "cuda" else "reference")
         self.backend = make_backend(name, self.kv, self.pool, **({"num_q_heads": attn.q_heads} if name == "flashinfer" else {}))
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
+        self.eos_token_ids: tuple[int, ...] = ()  # set by the Scheduler: min_tokens masks them
         # chapter 6: the forward runs on its own stream, so the scheduler's stream can prepare step N+1
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
         self.timeline: Timeline | None = None  # set to Timeline(device) to record every forward's times
@@ -127,7 +128,10 @@ class Engine:
             return torch.zeros(0, dtype=torch.int32, device=self.device)
         sampled = [batch.reqs[i] for i in batch.sample_rows]
         logits = self.model.logits(h[to_device(last, self.device)])
-        tokens = sample(logits, SamplingTensors.from_reqs(sampled, self.vocab_size, self.device), self.generator)
+        st = SamplingTensors.from_reqs(sampled, self.vocab_size, self.device, self.eos_token_ids, self.pool.token_pool)
+        tokens = sample(apply_controls(logits, st, self.pool.token_pool), st, self.generator)
+        if st.logprobs_k >= 0:  # chapter 9: read from the raw logits; they ride back with the tokens (no sync)
+            batch.logprobs = token_logprobs(logits, tokens, st.logprobs_k).to_host()
         rows = to_device(np.array([r.table_idx for r in sampled], np.int64), self.device)
         pos = to_device(np.array([r.device_len for r in sampled], np.int64), self.device)
         self.pool.token_pool[rows, pos] = tokens  # step N+1 reads its input ids from here

@@ -79,6 +79,7 @@ class DetokenizeMsg:
     clamped: bool = False  # max_tokens was cut to what the context leaves
     error: str | None = None  # why the request was refused (it never ran)
     status: int = 200  # the HTTP status the API should answer an error with
+    logprobs: list | None = None  # [chosen logprob, [top ids], [top logprobs]] when the request asked for them
 
 
 @dataclass
@@ -89,6 +90,8 @@ class StatsReply:
     cached_pages: int
     live_reqs: int
     integrity: str  # "ok", "busy" (requests in flight: not checked) or the failed assertion
+    prefill_tokens: int = 0  # tokens extended by prefill steps so far (chapter 9: n > 1 prefills the prompt once)
+    cache_hit_tokens: int = 0  # prompt tokens served from the prefix cache so far
 
 
 @dataclass
@@ -108,6 +111,7 @@ class UserReply:
     warning: str | None = None
     error: str | None = None
     status: int = 200
+    logprobs: list[dict] | None = None  # OpenAI's entries {token, logprob, bytes, top_logprobs} for this token
 
 
 @dataclass

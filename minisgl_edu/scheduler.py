@@ -28,6 +28,7 @@ import torch
 
 from .config import SchedulerConfig, eos_ids
 from .engine import Engine
+from .grammar import backend_for
 from .prefill import PrefillAdder, pages_to_finish
 from .radix import make_cache
 from .req import Batch, Req, SamplingParams
@@ -42,6 +43,7 @@ class TokenOutput:
     token_id: int  # -1 when nothing new was produced (an abort or an error)
     finished: bool
     finish_reason: str | None = None  # "stop" | "length" | "abort"
+    logprobs: tuple[float, list[int], list[float]] | None = None  # (chosen, top ids, top logprobs) if asked
 
 
 class Scheduler:
@@ -58,6 +60,7 @@ class Scheduler:
         cuda = engine.device.type == "cuda"
         self.overlap = cuda if cfg.overlap is None else cfg.overlap
         self.eos = set(eos_token_ids)
+        engine.eos_token_ids = tuple(self.eos)  # min_tokens masks them in the sampler
         self.pending: deque[Req] = deque()  # waiting for admission; a chunked request sits in front
         self.running: list[Req] = []  # decoding
         self.live: dict[int, Req] = {}  # every request not yet finished, by uid
@@ -70,7 +73,7 @@ class Scheduler:
     # ---- receive -------------------------------------------------------------------------------
     def add_request(self, uid: int, token_ids: list[int], sampling: SamplingParams) -> Req:
         """Validate and queue a request. Raises ValueError for input no schedule could serve."""
-        sampling.validate()
+        sampling.validate(self.engine.vocab_size)
         if uid in self.live:
             raise ValueError(f"request id {uid} is already in use")
         if len(token_ids) == 0:
@@ -83,6 +86,9 @@ class Scheduler:
             raise ValueError(f"the prompt has {len(token_ids)} tokens; the context holds {ctx}, "
                              "including at least one generated token")
         req = Req(uid, list(token_ids), sampling)
+        if sampling.json_schema is not None:  # compiled at admission: a schema xgrammar refuses is a ValueError
+            req.grammar = backend_for(self.engine.cfg.model_path, self.engine.vocab_size, tuple(self.eos)).new_state(
+                sampling.json_schema)
         if req.max_device_len > ctx:  # clamp the output to the context (callers are told: req.clamped)
             req.max_device_len = ctx
             req.clamped = True
@@ -144,18 +150,20 @@ class Scheduler:
     # ---- process results -----------------------------------------------------------------------
     def process(self, batch: Batch, tokens: list[int]) -> list[TokenOutput]:
         out = []
-        for req, tok in zip((batch.reqs[i] for i in batch.sample_rows), tokens):
+        for i, (req, tok) in enumerate(zip((batch.reqs[i] for i in batch.sample_rows), tokens)):
             if req.finish_reason is not None:  # freed after step N while this step was in flight
                 continue
             req.token_ids.append(tok)
             reason = None
-            if tok in self.eos and not req.sampling.ignore_eos:
+            if (tok in self.eos and not req.sampling.ignore_eos) or tok in req.sampling.stop_token_ids:
                 reason = "stop"
             elif len(req.token_ids) >= req.max_device_len:
                 reason = "length"
             if reason:
                 self._finish(req, reason)
-            out.append(TokenOutput(req.uid, tok, reason is not None, reason))
+            k = req.sampling.logprobs
+            out.append(TokenOutput(req.uid, tok, reason is not None, reason,
+                                   batch.logprobs.row(i, k) if k is not None else None))
         return out
 
     def _finish(self, req: Req, reason: str) -> None:

@@ -225,8 +225,9 @@ BAD = [
     ("temperature < 0", {"messages": [{"role": "user", "content": "hi"}], "temperature": -0.1}, 400),
     ("top_p 0", {"messages": [{"role": "user", "content": "hi"}], "top_p": 0}, 400),
     ("top_p > 1", {"messages": [{"role": "user", "content": "hi"}], "top_p": 1.5}, 400),
-    ("n > 1", {"messages": [{"role": "user", "content": "hi"}], "n": 2}, 400),
-    ("logprobs", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True}, 400),
+    ("n > 16", {"messages": [{"role": "user", "content": "hi"}], "n": 17}, 400),
+    ("top_logprobs > 20", {"messages": [{"role": "user", "content": "hi"}], "logprobs": True, "top_logprobs": 21}, 400),
+    ("unknown field", {"messages": [{"role": "user", "content": "hi"}], "max_token": 4}, 400),
     ("prompt longer than the context", {"messages": [{"role": "user", "content": "hello " * 9000}]}, 413),
     ("unknown model", {"messages": [{"role": "user", "content": "hi"}], "model": "gpt-9"}, 404),
 ]

@@ -3,13 +3,15 @@
 The handler never waits on the engine directly. It takes a uid, registers a queue for it, sends one
 TokenizeMsg, and then reads that queue; a background task (`Frontend.listen`) receives every
 UserReply from the detokenizer and drops it into the queue of its uid. A request's messages always
-go to tokenizer `uid % n`, so an AbortMsg can never overtake the TokenizeMsg it cancels.
+go to the same tokenizer (`Addresses.tokenizer_of`), so an AbortMsg can never overtake the
+TokenizeMsg it cancels. The bodies themselves (what a request may hold, what a reply looks like)
+are in `protocol.py`.
 
 Errors are OpenAI-shaped (`{"error": {"message", "type", "param", "code"}}`):
 
 | status | when |
 | --- | --- |
-| 400 | the body is not JSON; a value out of range (`SamplingParams.validate`: temperature < 0, top_p outside (0, 1], max_tokens <= 0, ...); empty messages or prompt; unsupported options (`n` > 1, `logprobs`, `echo`, penalties) |
+| 400 | the body is not JSON; a value outside OpenAI's stated range or `SamplingParams.validate`'s; an unknown field; an OpenAI field this server cannot honour (`protocol.REFUSED`, `tools`); a schema that is not one; empty messages or prompt |
 | 401 | `--api-key` is set and the `Authorization: Bearer` header is missing or wrong |
 | 404 | an unknown model name; an unknown route |
 | 413 | the prompt does not fit the model's context (or the body exceeds 16 MiB) |
@@ -27,9 +29,10 @@ import hmac
 import itertools
 import json
 import logging
+import os
 import time
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import AsyncIterator
 
 import zmq
@@ -37,97 +40,23 @@ import zmq.asyncio
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..messages import AbortMsg, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode, encode, unbatch
 from ..req import SamplingParams
 from .common import ServerConfig, trace
+from .protocol import (APIError, ChatRequest, CommonParams, CompletionRequest, DetokenizeRequest, TokenizeRequest,
+                       chat_prompt, chunk_body, completion_prompt, error_body, model_card, response_body,
+                       sampling_params, usage_chunk)
 from .queues import Addresses
 
 log = logging.getLogger("minisgl_edu")
 
-DEFAULT_MAX_TOKENS = 256  # when a request names none (OpenAI's "up to the context" is minutes on a CPU)
-MAX_TOKENS_CAP = 2**31 - 1  # larger values are cut here first (the wire carries 64-bit ints), then to the context
 MAX_BODY_BYTES = 16 << 20
 
 
-class APIError(Exception):
-    def __init__(self, status: int, message: str, code: str | None = None, param: str | None = None):
-        self.status, self.message, self.code, self.param = status, message, code, param
-
-
 def error_json(status: int, message: str, code: str | None = None, param: str | None = None) -> JSONResponse:
-    kind = {401: "authentication_error", 404: "not_found_error", 503: "service_unavailable"}.get(
-        status, "invalid_request_error")
-    return JSONResponse({"error": {"message": message, "type": kind, "param": param, "code": code}}, status)
-
-
-# ---- request bodies --------------------------------------------------------------------------------
-class TextPart(BaseModel):
-    type: str = "text"
-    text: str
-
-
-class ChatMessage(BaseModel):
-    role: str
-    content: str | list[TextPart] | None = None
-
-    def as_dict(self) -> dict:
-        text = self.content if isinstance(self.content, str) else "".join(p.text for p in self.content or [])
-        return {"role": self.role, "content": text}
-
-
-class StreamOptions(BaseModel):
-    include_usage: bool = False
-
-
-class CommonParams(BaseModel):
-    model: str | None = None
-    max_tokens: int | None = None
-    temperature: float = 1.0  # OpenAI's default: pass 0 for greedy
-    top_p: float = 1.0
-    top_k: int = -1
-    seed: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    n: int = 1
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    ignore_eos: bool = False  # an extension (benchmarks): keep going past the end-of-sequence token
-
-
-class ChatRequest(CommonParams):
-    messages: list[ChatMessage]
-    max_completion_tokens: int | None = None
-    logprobs: bool | None = None
-
-
-class CompletionRequest(CommonParams):
-    prompt: str | list[int] | list[str]
-    logprobs: int | None = None
-    echo: bool = False
-
-
-def sampling_params(body: CommonParams, max_tokens: int | None) -> SamplingParams:
-    """The request's sampling fields as the engine's SamplingParams, checked by the engine's own rules."""
-    unsupported = [(body.n != 1, "n", "only n=1 is supported: send n requests"),
-                   (bool(getattr(body, "logprobs", None)), "logprobs", "logprobs are not supported"),
-                   (getattr(body, "echo", False), "echo", "echo is not supported"),
-                   (body.presence_penalty != 0 or body.frequency_penalty != 0, "presence_penalty",
-                    "presence/frequency penalties are not supported")]
-    for bad, param, message in unsupported:
-        if bad:
-            raise APIError(400, message, "unsupported_parameter", param)
-    max_tokens = DEFAULT_MAX_TOKENS if max_tokens is None else max_tokens
-    sp = SamplingParams(temperature=body.temperature, top_k=body.top_k, top_p=body.top_p,
-                        max_tokens=min(max_tokens, MAX_TOKENS_CAP), ignore_eos=body.ignore_eos, seed=body.seed)
-    try:
-        sp.validate()
-    except ValueError as e:
-        raise APIError(400, str(e), "invalid_value", str(e).split()[0]) from None
-    return sp
+    return JSONResponse(error_body(status, message, code, param), status)
 
 
 # ---- stop strings --------------------------------------------------------------------------------
@@ -137,6 +66,9 @@ class StopStrings:
     stops: list[str]
     held: str = ""
 
+    def __post_init__(self) -> None:
+        self.stops = list(dict.fromkeys(self.stops))  # 1000 copies of one stop string are one stop string
+
     def feed(self, text: str, final: bool) -> tuple[str, bool]:
         self.held += text
         hits = [i for i in (self.held.find(s) for s in self.stops) if i >= 0]
@@ -144,8 +76,8 @@ class StopStrings:
             out, self.held = self.held[:min(hits)], ""
             return out, True
         # hold back the longest tail that could still grow into a stop string
-        keep = 0 if final else max((k for s in self.stops for k in range(1, len(s)) if self.held.endswith(s[:k])),
-                                   default=0)
+        keep = 0 if final else max((k for s in self.stops for k in range(1, min(len(s), len(self.held) + 1))
+                                    if self.held.endswith(s[:k])), default=0)  # a tail is never longer than held
         cut = len(self.held) - keep
         out, self.held = self.held[:cut], self.held[cut:]
         return out, False
@@ -173,12 +105,15 @@ class Frontend:
     def send(self, msg) -> None:
         # a plain (blocking-API) PUSH: it queues without waiting, so it is safe in a cancelled handler too
         trace(self.cfg, "api", f"send {type(msg).__name__}", [msg.uid])
-        self.to_tokenizers[msg.uid % len(self.to_tokenizers)].send(encode(msg))
+        self.to_tokenizers[self.addrs.tokenizer_of(msg.uid)].send(encode(msg))
 
-    def open(self) -> tuple[int, asyncio.Queue]:
-        uid = next(self.uids)
+    def new_uid(self) -> int:
+        return next(self.uids)
+
+    def open(self, uid: int) -> asyncio.Queue:
+        """Register the queue the replies for `uid` will land in."""
         self.queues[uid] = asyncio.Queue()
-        return uid, self.queues[uid]
+        return self.queues[uid]
 
     def close(self, uid: int, abort: bool) -> None:
         if self.queues.pop(uid, None) is not None and abort and self.dead is None:
@@ -249,189 +184,324 @@ class BodyLimit:
 
 # ---- the app ------------------------------------------------------------------------------------
 def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
-    @asynccontextmanager
-    async def lifespan(app: FastAPI):
-        frontend.loop = asyncio.get_running_loop()
-        task = asyncio.create_task(frontend.listen())
-        yield
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)  # its `finally` closes the socket
-
+    """The FastAPI app: error handlers, the body limit and the routes; the state sits on `app.state`."""
     app = FastAPI(title="minisgl-edu", lifespan=lifespan)
-    names = {cfg.served_name, cfg.model_path}
-
-    @app.exception_handler(APIError)
-    async def _api_error(request, e: APIError):
-        return error_json(e.status, e.message, e.code, e.param)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request, e: RequestValidationError):
-        errs = e.errors()
-        first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
-        if any(err.get("type") == "json_invalid" for err in errs):
-            return error_json(400, f"the body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
-                              "invalid_json")
-        param = ".".join(str(x) for x in first["loc"] if x != "body")
-        return error_json(422, f"{param or 'body'}: {first['msg']}", "invalid_type", param or None)
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request, e: StarletteHTTPException):
-        return error_json(e.status_code, str(e.detail))
-
+    app.state.cfg, app.state.frontend = cfg, frontend
+    app.state.tokenizer, app.state.tokenizer_lock = None, asyncio.Lock()
+    app.state.context_length = context_length(cfg)
+    app.add_exception_handler(APIError, lambda request, e: error_json(e.status, e.message, e.code, e.param))
+    app.add_exception_handler(RequestValidationError, invalid_body)
+    app.add_exception_handler(StarletteHTTPException, lambda request, e: error_json(e.status_code, str(e.detail)))
     app.add_middleware(BodyLimit)
-
-    def check_key(request: Request) -> None:
-        if cfg.api_key is None:
-            return
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), cfg.api_key.encode()):
-            raise APIError(401, "missing or wrong API key (send Authorization: Bearer KEY)", "invalid_api_key")
-
-    def check_model(model: str | None) -> None:
-        if model is not None and model not in names:
-            raise APIError(404, f"model {model!r} is not served here (try {cfg.served_name!r})", "model_not_found",
-                           "model")
-        if frontend.dead:
-            raise APIError(503, f"the server is going down: {frontend.dead}", "worker_died")
-
-    @app.get("/health")
-    async def health():
-        if frontend.dead:
-            return JSONResponse({"status": "unhealthy", "reason": frontend.dead}, 503)
-        return {"status": "ok", "workers": frontend.pids}
-
-    @app.get("/v1/models", dependencies=[Depends(check_key)])
-    async def models():
-        return {"object": "list", "data": [{"id": cfg.served_name, "object": "model", "created": 0,
-                                            "owned_by": "minisgl-edu"}]}
-
-    @app.get("/debug/stats", dependencies=[Depends(check_key)])
-    async def debug_stats(request: Request):
-        """The scheduler's page counts and integrity check (asked through the same pipes as requests)."""
-        uid, q = frontend.open()
-        frontend.send(StatsMsg(uid))
-        try:
-            reply = await asyncio.wait_for(q.get(), timeout=30)
-        finally:
-            frontend.close(uid, abort=False)
-        if not isinstance(reply, StatsReply):
-            raise APIError(503, reply.error or "no stats", "worker_died")
-        return asdict(reply)
-
-    @app.post("/v1/chat/completions", dependencies=[Depends(check_key)])
-    async def chat(body: ChatRequest, request: Request):
-        check_model(body.model)
-        if not body.messages:
-            raise APIError(400, "messages must not be empty", "invalid_value", "messages")
-        sp = sampling_params(body, body.max_completion_tokens if body.max_tokens is None else body.max_tokens)
-        msg = TokenizeMsg(-1, None, [m.as_dict() for m in body.messages], sp)
-        return await respond(msg, body, request, chat=True)
-
-    @app.post("/v1/completions", dependencies=[Depends(check_key)])
-    async def completions(body: CompletionRequest, request: Request):
-        check_model(body.model)
-        prompt = body.prompt
-        if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-            if len(prompt) != 1:
-                raise APIError(400, "one prompt per request (send a list of one string)", "unsupported_parameter",
-                               "prompt")
-            prompt = prompt[0]
-        if len(prompt) == 0:
-            raise APIError(400, "the prompt is empty", "invalid_value", "prompt")
-        if not isinstance(prompt, str) and not all(0 <= t < 2**31 for t in prompt):  # the wire carries int32 ids
-            raise APIError(400, "token ids must lie in [0, 2^31)", "invalid_value", "prompt")
-        sp = sampling_params(body, body.max_tokens)
-        msg = TokenizeMsg(-1, prompt, None, sp) if isinstance(prompt, str) else TokenizeMsg(-1, None, None, sp, prompt)
-        return await respond(msg, body, request, chat=False)
-
-    async def respond(msg: TokenizeMsg, body: CommonParams, request: Request, chat: bool):
-        uid, q = frontend.open()
-        msg.uid = uid
-        try:
-            frontend.send(msg)
-        except (OverflowError, ValueError) as e:  # msgpack: ints beyond 64 bits, strings with lone surrogates
-            frontend.close(uid, abort=False)
-            raise APIError(400, f"the request cannot be encoded: {e}", "invalid_value") from None
-        first = await next_reply(q, request)  # wait for the first token: a refusal still gets a status code
-        if first is None or first.error is not None:
-            frontend.close(uid, abort=first is None)
-            if first is None:
-                return JSONResponse({}, 499)
-            code = "context_length_exceeded" if first.status == 413 else "invalid_request"
-            return error_json(first.status, first.error, code)
-        headers = {"x-minisgl-warning": first.warning} if first.warning else {}
-        stops = StopStrings([body.stop] if isinstance(body.stop, str) else list(body.stop or []))
-        kind = "chatcmpl" if chat else "cmpl"
-        meta = {"id": f"{kind}-{uid}", "created": int(time.time()), "model": cfg.served_name}
-        replies = stream_replies(uid, q, first, stops, request)
-        if body.stream:
-            include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            return StreamingResponse(sse(replies, meta, chat, include_usage), media_type="text/event-stream",
-                                     headers=headers)
-        text, last = [], first
-        async for piece, last in replies:
-            text.append(piece)
-        if last.error is not None:
-            return error_json(last.status, last.error, "worker_died")
-        choice = {"index": 0, "finish_reason": last.finish_reason, "logprobs": None}
-        choice.update({"message": {"role": "assistant", "content": "".join(text)}} if chat else {"text": "".join(text)})
-        out = {**meta, "object": "chat.completion" if chat else "text_completion", "choices": [choice],
-               "usage": usage(last)}
-        if first.warning:
-            out["warnings"] = [first.warning]
-        return JSONResponse(out, headers=headers)
-
-    async def stream_replies(uid: int, q: asyncio.Queue, first: UserReply, stops: StopStrings,
-                             request: Request) -> AsyncIterator[tuple[str, UserReply]]:
-        """(new text, its reply) until the request finishes; aborts it if we stop early or the client leaves."""
-        reply, engine_done = first, False
-        try:
-            while True:
-                engine_done = reply.finished  # the scheduler has let go of it
-                text, stopped = reply.incremental_output, False
-                if stops.stops:
-                    text, stopped = stops.feed(text, reply.finished)
-                if stopped:
-                    reply.finished, reply.finish_reason = True, "stop"
-                yield text, reply
-                if reply.finished:
-                    return
-                reply = await next_reply(q, request)
-                if reply is None:
-                    return
-        finally:
-            frontend.close(uid, abort=not engine_done)  # a stop string, a gone client: free its pages
-
-    async def sse(replies, meta: dict, chat: bool, include_usage: bool) -> AsyncIterator[str]:
-        obj = "chat.completion.chunk" if chat else "text_completion"
-
-        def chunk(text: str | None, finish: str | None, role: bool = False) -> str:
-            if chat:
-                delta = ({"role": "assistant"} if role else {}) | ({"content": text} if text is not None else {})
-                choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
-            else:
-                choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
-            return f"data: {json.dumps({**meta, 'object': obj, 'choices': [choice]})}\n\n"
-
-        if chat:
-            yield chunk("", None, role=True)
-        last = None
-        async for text, last in replies:
-            if last.error is not None:  # a worker died mid-stream: say so, then end without [DONE]
-                yield f"data: {json.dumps({'error': {'message': last.error, 'type': 'service_unavailable'}})}\n\n"
-                return
-            if text:
-                yield chunk(text, None)
-            if last.finished:
-                yield chunk(None if chat else "", last.finish_reason)
-        if include_usage and last is not None:
-            yield f"data: {json.dumps({**meta, 'object': obj, 'choices': [], 'usage': usage(last)})}\n\n"
-        yield "data: [DONE]\n\n"
-
+    guarded = [Depends(check_key)]
+    app.add_api_route("/health", health, methods=["GET"])
+    app.add_api_route("/v1/models", models, methods=["GET"], dependencies=guarded)
+    app.add_api_route("/v1/models/{model:path}", model_info, methods=["GET"], dependencies=guarded)
+    app.add_api_route("/debug/stats", debug_stats, methods=["GET"], dependencies=guarded)
+    app.add_api_route("/v1/chat/completions", chat, methods=["POST"], dependencies=guarded)
+    app.add_api_route("/v1/completions", completions, methods=["POST"], dependencies=guarded)
+    app.add_api_route("/tokenize", tokenize, methods=["POST"], dependencies=guarded)
+    app.add_api_route("/detokenize", detokenize, methods=["POST"], dependencies=guarded)
     return app
 
 
-def usage(reply: UserReply) -> dict:
-    return {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-            "total_tokens": reply.prompt_tokens + reply.completion_tokens}
+def context_length(cfg: ServerConfig) -> int | None:
+    """What /tokenize reports as max_model_len: --context-length, else the model's config."""
+    try:
+        with open(os.path.join(cfg.model_path, "config.json")) as f:
+            n = json.load(f).get("max_position_embeddings")
+    except OSError:
+        n = None
+    return min(x for x in (cfg.context_length, n) if x) if (cfg.context_length or n) else None
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI):
+    frontend: Frontend = app.state.frontend
+    frontend.loop = asyncio.get_running_loop()
+    task = asyncio.create_task(frontend.listen())
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)  # its `finally` closes the socket
+
+
+RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_long", "too_short",
+                "literal_error", "enum"}
+
+
+def field_path(loc: tuple) -> str:
+    """('body', 'stop', 'list[str]') -> 'stop': the request's own field names, without pydantic's union tags."""
+    return ".".join(str(x) for x in loc[1:] if isinstance(x, int) or str(x).isidentifier())
+
+
+async def invalid_body(request: Request, e: RequestValidationError) -> JSONResponse:
+    """400 for bad JSON, an unknown field or a value out of the spec's range; 422 for a wrong shape."""
+    errs = e.errors()
+    first = errs[0] if errs else {"loc": (), "msg": "invalid request"}
+    if any(err.get("type") == "json_invalid" for err in errs):
+        return error_json(400, f"the body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
+                          "invalid_json")
+    for err in errs:
+        param = field_path(err["loc"])
+        if err.get("type") == "extra_forbidden":
+            return error_json(400, f"unknown field {param!r}: not an OpenAI field nor one of this server's "
+                              "extensions (see chapter 9)", "unknown_parameter", param)
+        if err.get("type") in RANGE_ERRORS:
+            return error_json(400, f"{param}: {err['msg']}", "invalid_value", param)
+    param = field_path(first["loc"])
+    return error_json(422, f"{param or 'body'}: {first['msg']}", "invalid_type", param or None)
+
+
+def check_key(request: Request) -> None:
+    cfg: ServerConfig = request.app.state.cfg
+    if cfg.api_key is None:
+        return
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), cfg.api_key.encode()):
+        raise APIError(401, "missing or wrong API key (send Authorization: Bearer KEY)", "invalid_api_key")
+
+
+def check_model(request: Request, model: str | None) -> None:
+    cfg: ServerConfig = request.app.state.cfg
+    if model is not None and model not in (cfg.served_name, cfg.model_path):
+        raise APIError(404, f"model {model!r} is not served here (try {cfg.served_name!r})", "model_not_found",
+                       "model")
+    if request.app.state.frontend.dead:
+        raise APIError(503, f"the server is going down: {request.app.state.frontend.dead}", "worker_died")
+
+
+async def health(request: Request):
+    frontend: Frontend = request.app.state.frontend
+    if frontend.dead:
+        return JSONResponse({"status": "unhealthy", "reason": frontend.dead}, 503)
+    return {"status": "ok", "workers": frontend.pids}
+
+
+async def models(request: Request):
+    return {"object": "list", "data": [model_card(request.app.state.cfg.served_name)]}
+
+
+async def model_info(model: str, request: Request):
+    check_model(request, model)
+    return model_card(request.app.state.cfg.served_name)
+
+
+async def debug_stats(request: Request):
+    """The scheduler's page counts and integrity check (asked through the same pipes as requests)."""
+    frontend: Frontend = request.app.state.frontend
+    uid = frontend.new_uid()
+    q = frontend.open(uid)
+    frontend.send(StatsMsg(uid))
+    try:
+        reply = await asyncio.wait_for(q.get(), timeout=30)
+    finally:
+        frontend.close(uid, abort=False)
+    if not isinstance(reply, StatsReply):
+        raise APIError(503, reply.error or "no stats", "worker_died")
+    return asdict(reply)
+
+
+async def chat(body: ChatRequest, request: Request):
+    check_model(request, body.model)
+    messages = chat_prompt(body)
+    if body.top_logprobs is not None and not body.logprobs:
+        raise APIError(400, "top_logprobs needs logprobs=true", "invalid_value", "top_logprobs")
+    sp = sampling_params(body, body.max_completion_tokens if body.max_tokens is None else body.max_tokens,
+                         (body.top_logprobs or 0) if body.logprobs else None)
+    return await respond(request, body, lambda uid, sp: TokenizeMsg(uid, None, messages, sp), sp, chat=True)
+
+
+async def completions(body: CompletionRequest, request: Request):
+    check_model(request, body.model)
+    prompt = completion_prompt(body)
+    sp = sampling_params(body, body.max_tokens, body.logprobs)
+    text, ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
+    return await respond(request, body, lambda uid, sp: TokenizeMsg(uid, text, None, sp, ids), sp, chat=False)
+
+
+async def tokenizer_of(request: Request):
+    """The API process's own tokenizer, loaded on the first /tokenize or /detokenize (off the event loop)."""
+    state = request.app.state
+    async with state.tokenizer_lock:
+        if state.tokenizer is None:
+            from transformers import AutoTokenizer
+            state.tokenizer = await asyncio.to_thread(AutoTokenizer.from_pretrained, state.cfg.model_path)
+    return state.tokenizer
+
+
+async def tokenize(body: TokenizeRequest, request: Request):
+    """vLLM's and SGLang's /tokenize: the token ids (and their text) of a prompt or of chat messages."""
+    check_model(request, body.model)
+    if (body.prompt is None) == (body.messages is None):
+        raise APIError(400, "send exactly one of prompt and messages", "invalid_value", "prompt")
+    tok = await tokenizer_of(request)
+    messages = None if body.messages is None else [m.as_dict() for m in body.messages]
+    try:
+        if messages is not None:
+            ids = tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=body.add_generation_prompt)
+            ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        else:
+            ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+    except Exception as e:  # a template that rejects the roles
+        raise APIError(400, f"cannot tokenize: {e}", "invalid_value") from None
+    return {"count": len(ids), "max_model_len": request.app.state.context_length, "tokens": ids,
+            "token_strs": tok.convert_ids_to_tokens(ids)}
+
+
+async def detokenize(body: DetokenizeRequest, request: Request):
+    check_model(request, body.model)
+    tok = await tokenizer_of(request)
+    if not all(0 <= t < len(tok) for t in body.tokens):
+        raise APIError(400, f"token ids must lie in [0, {len(tok)})", "invalid_value", "tokens")
+    return {"prompt": tok.decode(body.tokens)}
+
+
+PARAM_OF = {"json_schema": "response_format"}  # SamplingParams' name -> the request's field
+
+
+async def submit(frontend: Frontend, msg: TokenizeMsg, request: Request) -> tuple[asyncio.Queue, UserReply]:
+    """Send a request under its uid and wait for its first reply (a refusal gets its status code)."""
+    q = frontend.open(msg.uid)
+    try:
+        frontend.send(msg)
+    except (OverflowError, ValueError) as e:  # msgpack: ints beyond 64 bits, strings with lone surrogates
+        frontend.close(msg.uid, abort=False)
+        raise APIError(400, f"the request cannot be encoded: {e}", "invalid_value") from None
+    first = await next_reply(q, request)  # the client waits for the first token anyway
+    if first is None:
+        frontend.close(msg.uid, abort=True)
+        raise APIError(499, "the client went away")
+    if first.error is not None:
+        frontend.close(msg.uid, abort=False)
+        field = first.error.split()[0]  # SamplingParams.validate's messages start with the field's name
+        param = None if field not in SamplingParams.__dataclass_fields__ else PARAM_OF.get(field, field)
+        raise APIError(first.status, first.error, "context_length_exceeded" if first.status == 413 else
+                       "invalid_request", param)
+    return q, first
+
+
+async def prefill_once(frontend: Frontend, make_msg, sp: SamplingParams, request: Request) -> None:
+    """n > 1: one request of one token puts the prompt's KV into the radix cache; the n samples then match
+    it and compute only the last prompt token each (chapter 5)."""
+    uid = frontend.new_uid()
+    q, reply = await submit(frontend, make_msg(uid, replace(sp, max_tokens=1, min_tokens=0, logprobs=None)), request)
+    try:
+        while not reply.finished:
+            reply = await next_reply(q, request)
+            if reply is None or reply.error is not None:
+                raise APIError(503 if reply else 499, reply.error if reply else "the client went away")
+    finally:
+        frontend.close(uid, abort=reply is None or not reply.finished)
+
+
+async def start_choices(frontend: Frontend, make_msg, sp: SamplingParams, n: int, request: Request) -> list:
+    """(uid, queue, first reply) of each of the n choices; sample i of a seeded request uses seed + i."""
+    if n > 1:
+        await prefill_once(frontend, make_msg, sp, request)
+    started = []
+    try:
+        for i in range(n):
+            uid = frontend.new_uid()
+            seed = None if sp.seed is None else sp.seed + i
+            started.append((uid, *await submit(frontend, make_msg(uid, replace(sp, seed=seed)), request)))
+    except BaseException:
+        for uid, _, _ in started:
+            frontend.close(uid, abort=True)
+        raise
+    return started
+
+
+async def respond(request: Request, body: CommonParams, make_msg, sp: SamplingParams, chat: bool):
+    cfg, frontend = request.app.state.cfg, request.app.state.frontend
+    started = await start_choices(frontend, make_msg, sp, body.n or 1, request)
+    first = started[0][2]
+    headers = {"x-minisgl-warning": first.warning} if first.warning else {}
+    meta = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{started[0][0]}", "created": int(time.time()),
+            "model": cfg.served_name}
+    streams = [stream_replies(frontend, uid, q, f, StopStrings(body.stops), request) for uid, q, f in started]
+    if body.stream:
+        return StreamingResponse(sse(merge(streams), meta, chat, body.include_usage, len(streams)),
+                                 media_type="text/event-stream", headers=headers)
+    choices = await asyncio.gather(*(collect(s) for s in streams))
+    dead = next((last for _, _, last in choices if last.error is not None), None)
+    if dead is not None:
+        return error_json(dead.status, dead.error, "worker_died")
+    return JSONResponse(response_body(meta, chat, choices, first.warning, sp.logprobs is not None), headers=headers)
+
+
+async def collect(replies) -> tuple[str, list[dict], UserReply]:
+    """A choice's whole text, its logprob entries and its last reply."""
+    text, logprobs, last = [], [], None
+    async for piece, last in replies:
+        text.append(piece)
+        logprobs.extend(last.logprobs or [])
+    return "".join(text), logprobs, last
+
+
+async def merge(streams: list) -> AsyncIterator[tuple[int, str, UserReply]]:
+    """(choice index, text, reply) from n streams as they arrive; one stream is read directly."""
+    if len(streams) == 1:
+        async for text, reply in streams[0]:
+            yield 0, text, reply
+        return
+    q: asyncio.Queue = asyncio.Queue()
+
+    async def pump(i: int, replies) -> None:
+        try:
+            async for text, reply in replies:
+                await q.put((i, text, reply))
+        finally:
+            await q.put(None)
+    tasks = [asyncio.create_task(pump(i, s)) for i, s in enumerate(streams)]
+    try:
+        for _ in range(len(streams)):
+            while (item := await q.get()) is not None:
+                yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+
+
+async def stream_replies(frontend: Frontend, uid: int, q: asyncio.Queue, first: UserReply, stops: StopStrings,
+                         request: Request) -> AsyncIterator[tuple[str, UserReply]]:
+    """(new text, its reply) until the request finishes; aborts it if we stop early or the client leaves."""
+    reply, engine_done = first, False
+    try:
+        while True:
+            engine_done = reply.finished  # the scheduler has let go of it
+            text, stopped = reply.incremental_output, False
+            if stops.stops:
+                text, stopped = stops.feed(text, reply.finished)
+            if stopped:
+                reply.finished, reply.finish_reason = True, "stop"
+            yield text, reply
+            if reply.finished:
+                return
+            reply = await next_reply(q, request)
+            if reply is None:
+                return
+    finally:
+        frontend.close(uid, abort=not engine_done)  # a stop string, a gone client: free its pages
+
+
+async def sse(replies, meta: dict, chat: bool, include_usage: bool, n: int) -> AsyncIterator[str]:
+    """Server-sent events: a role chunk (chat), one chunk per piece of text, the finish, usage, [DONE]."""
+    event = lambda obj: f"data: {json.dumps(obj)}\n\n"
+    if chat:
+        for i in range(n):
+            yield event(chunk_body(meta, chat, i, "", None, None, role=True))
+    last: dict[int, UserReply] = {}
+    offset = [0] * n  # completions' text_offset: characters of logprob tokens sent so far, per choice
+    async for i, text, reply in replies:
+        last[i] = reply
+        if reply.error is not None:  # a worker died mid-stream: say so, then end without [DONE]
+            yield event({"error": {"message": reply.error, "type": "service_unavailable"}})
+            return
+        if text or reply.logprobs:
+            yield event(chunk_body(meta, chat, i, text, None, reply.logprobs, offset=offset[i]))
+            offset[i] += sum(len(e["token"]) for e in reply.logprobs or [])
+        if reply.finished:
+            yield event(chunk_body(meta, chat, i, None if chat else "", reply.finish_reason, None))
+    if include_usage and last:
+        yield event(usage_chunk(meta, chat, list(last.values())))
+    yield "data: [DONE]\n\n"

@@ -38,6 +38,10 @@ class Addresses:
     def tokenizer(self, i: int) -> str:
         return self._ipc(f"tokenizer-{i}")
 
+    def tokenizer_of(self, uid: int) -> int:
+        """The tokenizer every message of request `uid` goes to: one pipe, so an abort never overtakes its request."""
+        return uid % self.num_tokenizers
+
     @property
     def scheduler(self) -> str:  # rank 0's inbox: every tokenizer pushes here
         return self._ipc("scheduler")

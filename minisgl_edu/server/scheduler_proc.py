@@ -225,7 +225,7 @@ def step(st: Rank) -> list:
     for out in st.sched.step():
         n = st.prompt_len.pop(out.uid, 0) if out.finished else st.prompt_len.get(out.uid, 0)
         replies.append(DetokenizeMsg(out.uid, out.token_id, out.finished, out.finish_reason, n,
-                                     clamped=out.uid in st.clamped))
+                                     clamped=out.uid in st.clamped, logprobs=out.logprobs))
         st.clamped.discard(out.uid)
     if st.sched.idle:
         st.sched.check_integrity()  # every page is free or cached once nothing runs
@@ -248,5 +248,6 @@ def stats(sched, uid: int) -> StatsReply:
         except AssertionError as e:
             integrity = f"failed: {e}"
     pool = sched.pool
+    prefills = [s for s in sched.stats if s.phase == "prefill"]
     return StatsReply(uid, pool.num_pages, pool.num_free_pages, sched.cache.size // pool.page_size, len(sched.live),
-                      integrity)
+                      integrity, sum(s.tokens for s in prefills), sum(s.cache_hit_tokens for s in prefills))

@@ -1,8 +1,8 @@
 """Chapter 9 — talking to the workers without HTTP: a synchronous client and the `--shell` chat.
 
 `Client` is the API server's job done by hand: take a uid, send a TokenizeMsg to tokenizer
-`uid % n`, read UserReplies for that uid from the frontend address. The interactive shell and
-notebook 01 use it; the HTTP server does the same with asyncio (`api.Frontend`).
+`Addresses.tokenizer_of(uid)`, read UserReplies for that uid from the frontend address. The
+interactive shell and notebook 01 use it; the HTTP server does the same with asyncio (`api.Frontend`).
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ class Client:
     def send(self, msg) -> None:
         if self.cfg is not None and isinstance(msg, TokenizeMsg):
             trace(self.cfg, "api", "send TokenizeMsg", [msg.uid])
-        self.to_tokenizers[msg.uid % len(self.to_tokenizers)].put(msg)
+        self.to_tokenizers[self.workers.addrs.tokenizer_of(msg.uid)].put(msg)
 
     def _next(self, uid: int, timeout_s: float):
         deadline = time.monotonic() + timeout_s

@@ -114,6 +114,18 @@ def detokenize_next(tok, state: DecodeState, token: int, final: bool = False) ->
     return ""
 
 
+def token_entry(tok, token: int, logprob: float) -> dict:
+    text = tok.decode([token])
+    return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8", "replace"))}
+
+
+def logprob_entries(tok, msg: DetokenizeMsg) -> list[dict]:
+    """The token's logprob entry in OpenAI's chat shape, its alternatives as text (chapter 9)."""
+    chosen, top_ids, top_values = msg.logprobs
+    tops = [token_entry(tok, t, v) for t, v in zip(top_ids, top_values)]
+    return [{**token_entry(tok, msg.next_token, chosen), "top_logprobs": tops}]
+
+
 CLAMPED_WARNING = "max_tokens was reduced to what the model's context leaves after this prompt"
 
 
@@ -135,7 +147,8 @@ def detokenize_loop(tok, inbox: Queue, to_frontend: Queue, cfg: ServerConfig) ->
             st = states.setdefault(msg.uid, DecodeState())
             text = detokenize_next(tok, st, msg.next_token, final=msg.finished)
             replies.append(UserReply(msg.uid, text, msg.finished, msg.finish_reason, msg.prompt_tokens, len(st.ids),
-                                     CLAMPED_WARNING if msg.clamped else None))
+                                     CLAMPED_WARNING if msg.clamped else None,
+                                     logprobs=logprob_entries(tok, msg) if msg.logprobs is not None else None))
             if msg.finished:
                 states.pop(msg.uid, None)
         if replies:

@@ -180,22 +180,28 @@ def test_hostile_body_gets_4xx_quickly_and_server_survives(server, name, path, m
     assert_still_serving(server)
 
 
-def test_n_and_logprobs_are_refused_with_400(server):
-    for path, body, param in [(COMPLETIONS, comp("hi", n=2), "n"), (CHAT, chat("hi", n=3), "n"),
-                              (COMPLETIONS, comp("hi", logprobs=2), "logprobs"),
-                              (CHAT, chat("hi", logprobs=True), "logprobs")]:
+def test_values_outside_the_spec_ranges_get_400_naming_the_field(server):
+    for path, body, param in [(COMPLETIONS, comp("hi", n=0), "n"), (CHAT, chat("hi", n=10**6), "n"),
+                              (COMPLETIONS, comp("hi", logprobs=6), "logprobs"),
+                              (CHAT, chat("hi", logprobs=True, top_logprobs=10**6), "top_logprobs"),
+                              (CHAT, chat("hi", temperature=2.5), "temperature"),
+                              (CHAT, chat("hi", presence_penalty=-3), "presence_penalty"),
+                              (COMPLETIONS, comp("hi", logit_bias={str(i): 1 for i in range(200_000)}), "logit_bias"),
+                              (COMPLETIONS, comp("hi", logit_bias={"49152": 1}), "logit_bias")]:
         r, _ = post(server, path, json.dumps(body))
-        assert r.status_code == 400 and r.json()["error"]["param"] == param, r.text
+        assert r.status_code == 400 and r.json()["error"]["param"] == param, (param, r.text[:300])
     r, _ = post(server, COMPLETIONS, json.dumps(comp("hi", n=1, logprobs=None)))  # the defaults are fine
     assert r.status_code == 200, r.text
+    assert_still_serving(server)
 
 
-def test_unknown_fields_are_ignored(server):
+def test_unknown_fields_are_refused_and_no_op_fields_change_nothing(server):
     plain, _ = post(server, COMPLETIONS, json.dumps(comp("Once upon a time", max_tokens=8)))
-    extra, _ = post(server, COMPLETIONS, json.dumps(comp("Once upon a time", max_tokens=8, frobnicate={"x": [1]},
-                                                         user="someone", metadata=None)))
-    assert plain.status_code == extra.status_code == 200, (plain.text, extra.text)
-    assert extra.json()["choices"][0]["text"] == plain.json()["choices"][0]["text"]
+    extra, _ = post(server, COMPLETIONS, json.dumps(comp("Once upon a time", max_tokens=8, frobnicate={"x": [1]})))
+    assert extra.status_code == 400 and extra.json()["error"]["param"] == "frobnicate", extra.text
+    same, _ = post(server, COMPLETIONS, json.dumps(comp("Once upon a time", max_tokens=8, user="someone")))
+    assert plain.status_code == same.status_code == 200, (plain.text, same.text)
+    assert same.json()["choices"][0]["text"] == plain.json()["choices"][0]["text"]
 
 
 def stream_text(server: Server, path: str, body: dict) -> tuple[str, str | None]:

@@ -64,7 +64,9 @@ def test_api_key_guards_every_v1_route(server):
                    {"Authorization": KEY}, {"Authorization": f"Bearer {KEY[:-1]}"},
                    {"Authorization": f"Bearer {KEY}x"}, {"X-Api-Key": KEY}]
     with httpx.Client(base_url=server.url, timeout=60) as c:
-        for method, path in routes:
+        served = c.get("/v1/models", headers={"Authorization": f"Bearer {KEY}"}).json()["data"][0]["id"]
+        for method, template in routes:
+            path = template.replace("{model}", served)  # /v1/models/{model}: the served model
             for h in bad_headers:
                 r = c.request(method, path, json=bodies.get(path), headers=h)
                 assert r.status_code == 401, (method, path, h, r.status_code)
