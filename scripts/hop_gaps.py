@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=4)
     args = ap.parse_args()
     trace_path = os.path.join(tempfile.mkdtemp(), "hops.jsonl")
-    cfg = ServerConfig(default_model_path(), "SmolLM2-135M-Instruct", device=args.device, trace_path=trace_path)
+    cfg = ServerConfig(model_path=default_model_path(), served_name="SmolLM2-135M-Instruct", device=args.device, hop_log=trace_path)
     workers = start_workers(cfg)
     try:
         client = Client(workers, cfg)

@@ -206,13 +206,13 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
 
 
 def context_length(cfg: ServerConfig) -> int | None:
-    """What /tokenize reports as max_model_len: --context-length, else the model's config."""
+    """What /tokenize reports as max_model_len: --max-seq-len, else the model's config."""
     try:
         with open(os.path.join(cfg.model_path, "config.json")) as f:
             n = json.load(f).get("max_position_embeddings")
     except OSError:
         n = None
-    return min(x for x in (cfg.context_length, n) if x) if (cfg.context_length or n) else None
+    return min(x for x in (cfg.max_seq_len, n) if x) if (cfg.max_seq_len or n) else None
 
 
 @asynccontextmanager

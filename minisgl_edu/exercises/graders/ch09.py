@@ -70,7 +70,7 @@ def _server_loop(ex, path, tok) -> None:
     replies = []
     frontend = SimpleNamespace(put=lambda m: replies.extend(unbatch(m)))
     with swapped([ex], lambda e: path):
-        detokenize_loop(tok, inbox, frontend, SimpleNamespace(trace_path=None))
+        detokenize_loop(tok, inbox, frontend, SimpleNamespace(hop_log=None))
     for u, t in texts.items():
         got = "".join(r.incremental_output for r in replies if r.uid == u)
         want = tok.decode(ids[u], skip_special_tokens=True)
