@@ -187,8 +187,8 @@ async def send_one(client, model: str, req: BenchRequest, t0: float) -> RequestR
 # ---- the load ------------------------------------------------------------------------------------
 async def run_load(base_url: str, reqs: list[BenchRequest], request_rate: float = math.inf,
                    max_concurrency: int | None = None, model: str | None = None, seed: int = 0,
-                   progress: bool = True, api_key: str | None = None,
-                   timeout: float = 3600.0) -> tuple[list[RequestResult], float]:
+                   progress: bool = True, api_key: str | None = None, timeout: float = 3600.0,
+                   scrape_interval: float | None = None) -> tuple[list[RequestResult], float]:
     """Send every request (Poisson arrivals at request_rate, inf = all at once); return results and seconds."""
     import httpx
     from tqdm.auto import tqdm
@@ -213,6 +213,7 @@ async def run_load(base_url: str, reqs: list[BenchRequest], request_rate: float 
                     res = await send_one(client, model, req, t0)
             bar.update(1)
             return res
+        scraper = asyncio.create_task(scrape(client, scrape_interval)) if scrape_interval else None
         tasks = []
         for i, req in enumerate(reqs):
             tasks.append(asyncio.create_task(one(req)))
@@ -220,8 +221,17 @@ async def run_load(base_url: str, reqs: list[BenchRequest], request_rate: float 
                 await asyncio.sleep(rng.expovariate(request_rate))  # Poisson: exponential gaps
         results = await asyncio.gather(*tasks)
         duration = time.perf_counter() - t0
+        if scraper is not None:
+            scraper.cancel()
         bar.close()
     return list(results), duration
+
+
+async def scrape(client, interval: float) -> None:
+    """GET /metrics every `interval` seconds (what a Prometheus server does, only more often)."""
+    while True:
+        await asyncio.sleep(interval)
+        (await client.get("/metrics")).raise_for_status()
 
 
 def stats_ms(xs: list[float]) -> dict:
@@ -273,7 +283,8 @@ def bench_serve(args) -> dict:
         warm = random_requests(args.warmup, args.seed + 10_000, (16, 32), (4, 8), args.vocab)
         asyncio.run(run_load(args.base_url, warm, progress=False, api_key=args.api_key, model=args.model))
     results, duration = asyncio.run(run_load(args.base_url, reqs, args.request_rate, args.max_concurrency,
-                                             args.model, args.seed, not args.no_progress, args.api_key))
+                                             args.model, args.seed, not args.no_progress, args.api_key,
+                                             scrape_interval=getattr(args, "scrape_interval", None)))
     s = summarize(results, duration)
     s.update(config={k: v for k, v in vars(args).items() if k != "api_key"})
     s["config"]["request_rate"] = str(args.request_rate)
@@ -318,14 +329,16 @@ def free_port() -> int:
 
 
 def start_server(model_path: str, device: str | None, dummy: bool, serve_args: list[str], log_path: str,
-                 timeout: float = 900.0) -> tuple[subprocess.Popen, str]:
+                 timeout: float = 900.0, pythonpath: str | None = None) -> tuple[subprocess.Popen, str]:
     """`python -m minisgl_edu.serve` on a free 127.0.0.1 port; returns (process, base URL) once /health is 200."""
     import httpx
     port = free_port()
     cmd = [sys.executable, "-m", "minisgl_edu.serve", "--model", model_path, "--port", str(port), *serve_args]
     cmd += (["--device", device] if device else []) + (["--dummy-weights"] if dummy else [])
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     log = open(log_path, "ab")
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None  # another checkout: a before/after run
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while True:
@@ -370,19 +383,18 @@ def offline_subprocess(args, seed: int) -> dict:
 def scrape_step_times(url: str) -> dict:
     """Mean step time by phase (ms) from the server's /metrics, when it has them."""
     import httpx
-    try:
-        text = httpx.get(url + "/metrics", timeout=10).text
-        from prometheus_client.parser import text_string_to_metric_families
-    except Exception:
-        return {}
     sums, counts = {}, {}
-    for fam in text_string_to_metric_families(text):
-        if fam.name == "minisgl:step_time_seconds":
-            for s in fam.samples:
+    try:
+        r = httpx.get(url + "/metrics", timeout=10)
+        from prometheus_client.parser import text_string_to_metric_families
+        for fam in text_string_to_metric_families(r.text if r.status_code == 200 else ""):
+            for s in fam.samples if fam.name == "minisgl:step_time_seconds" else ():
                 if s.name.endswith("_sum"):
                     sums[s.labels["phase"]] = s.value
                 elif s.name.endswith("_count"):
                     counts[s.labels["phase"]] = s.value
+    except Exception:  # another server, or one without /metrics
+        return {}
     return {p: 1e3 * sums[p] / counts[p] for p in sums if counts.get(p)}
 
 
@@ -396,65 +408,86 @@ def parse_rates(spec: str, peak: float) -> list[float]:
 
 def bench_compare(args) -> dict:
     """Offline LLM.generate and the server on the same workload, `repeats` times (a fresh seed each time, so
-    no repeat hits the prefix cache; the order alternates); then an optional request-rate sweep."""
+    no repeat hits the prefix cache; the order rotates), optionally also a second server from another
+    checkout (`--baseline-pythonpath`: before/after) and the server under a 1 Hz /metrics scrape; then an
+    optional request-rate sweep."""
     import tempfile
-    log_path = args.server_log or os.path.join(tempfile.mkdtemp(prefix="bench-"), "serve.log")
+    log_dir = os.path.dirname(os.path.abspath(args.server_log)) if args.server_log else tempfile.mkdtemp(prefix="bench-")
     serve_args = args.serve_args.split() if args.serve_args else []
     keep = (args.device or "cpu") == "cpu"  # on a GPU the server's KV pool would take the offline engine's memory
-    runs, proc, url = [], None, None
+    servers: dict[str, tuple[subprocess.Popen, str]] = {}
+
+    def server(name: str) -> str:
+        if name not in servers:
+            path = args.baseline_pythonpath if name == "baseline" else None
+            log = args.server_log if name == "serve" and args.server_log else os.path.join(log_dir, f"{name}.log")
+            servers[name] = start_server(args.model_path, args.device, args.dummy_weights, serve_args, log,
+                                         pythonpath=path)
+        return servers[name][1]
+
+    def stop_all() -> None:
+        for proc, _ in servers.values():
+            stop_server(proc)
+        servers.clear()
+    variants = ["offline", "serve"] + (["baseline"] if args.baseline_pythonpath else []) + \
+        (["serve_scraped"] if args.scrape_check else [])
+    runs = []
     try:
         for rep in range(args.repeats):
             seed = args.seed + rep
-            order = ("offline", "serve") if rep % 2 == 0 else ("serve", "offline")
-            row = {"seed": seed, "order": list(order)}
+            order = variants[rep % len(variants):] + variants[:rep % len(variants)]
+            row = {"seed": seed, "order": order}
             for which in order:
                 if which == "offline":
-                    if proc is not None and not keep:
-                        stop_server(proc)
-                        proc = None
+                    if not keep:
+                        stop_all()
                     row["offline"] = offline_subprocess(args, seed)
-                else:
-                    if proc is None:
-                        proc, url = start_server(args.model_path, args.device, args.dummy_weights, serve_args,
-                                                 log_path)
-                    row["serve"] = bench_serve(with_url(args, url, seed))
-                    row["serve"].pop("config")
-                    row["serve"]["step_ms"] = scrape_step_times(url)
-            row["ratio"] = row["serve"]["output_throughput"] / row["offline"]["output_throughput"]
-            print(f"repeat {rep}: offline {row['offline']['output_throughput']:.1f} tok/s, serve "
-                  f"{row['serve']['output_throughput']:.1f} tok/s, ratio {row['ratio']:.3f} (failed "
-                  f"{row['serve']['failed']})", flush=True)
+                    continue
+                url = server("baseline" if which == "baseline" else "serve")
+                a = with_url(args, url, seed)
+                a.scrape_interval = 1.0 if which == "serve_scraped" else None
+                row[which] = bench_serve(a)
+                row[which].pop("config")
+                row[which]["step_ms"] = scrape_step_times(url)
+            off = row["offline"]["output_throughput"]
+            row["ratio"] = {k: row[k]["output_throughput"] / off for k in variants if k != "offline"}
+            print(f"repeat {rep}: offline {off:.1f} tok/s; " + "; ".join(
+                f"{k} {row[k]['output_throughput']:.1f} tok/s (x{row['ratio'][k]:.3f}, failed {row[k]['failed']})"
+                for k in row["ratio"]), flush=True)
             runs.append(row)
-        sweep = []
-        if args.sweep_rates:
-            if proc is None:
-                proc, url = start_server(args.model_path, args.device, args.dummy_weights, serve_args, log_path)
-            peak = statistics.median(r["serve"]["request_throughput"] for r in runs)
-            for i, rate in enumerate(parse_rates(args.sweep_rates, peak)):
-                a = with_url(args, url, args.seed + 1000 + i)
-                a.request_rate, a.num_prompts = rate, args.sweep_num_prompts or args.num_prompts
-                s = bench_serve(a)
-                s.pop("config")
-                s["request_rate"] = rate
-                s["step_ms"] = scrape_step_times(url)
-                print(f"rate {rate:.2f} req/s: {s['output_throughput']:.1f} tok/s, TTFT p50/p99 "
-                      f"{s['ttft_ms']['median']:.1f}/{s['ttft_ms']['p99']:.1f} ms, ITL p50/p99 "
-                      f"{s['itl_ms']['median']:.1f}/{s['itl_ms']['p99']:.1f} ms, failed {s['failed']}", flush=True)
-                sweep.append(s)
+        sweep = run_sweep(args, server("serve"), runs) if args.sweep_rates else []
     finally:
-        if proc is not None:
-            stop_server(proc)
-    ratios = [r["ratio"] for r in runs]
-    return {"runs": runs, "ratio_median": statistics.median(ratios), "ratio_min": min(ratios),
-            "ratio_max": max(ratios), "sweep": sweep, "server_log": log_path,
-            "config": {k: v for k, v in vars(args).items() if k != "api_key"} | {"request_rate": "inf"}}
+        stop_all()
+    out = {"runs": runs, "sweep": sweep, "server_logs": log_dir,
+           "config": {k: v for k, v in vars(args).items() if k != "api_key"} | {"request_rate": "inf"}}
+    for k in runs[0]["ratio"]:
+        ratios = [r["ratio"][k] for r in runs]
+        out[f"ratio_{k}"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+    return out
+
+
+def run_sweep(args, url: str, runs: list[dict]) -> list[dict]:
+    """The workload at each request rate (a fresh seed per rate): throughput, TTFT and ITL against the rate."""
+    peak = statistics.median(r["serve"]["request_throughput"] for r in runs)
+    sweep = []
+    for i, rate in enumerate(parse_rates(args.sweep_rates, peak)):
+        a = with_url(args, url, args.seed + 1000 + i)
+        a.request_rate, a.num_prompts = rate, args.sweep_num_prompts or args.num_prompts
+        s = bench_serve(a)
+        s.pop("config")
+        s["request_rate"], s["step_ms"] = rate, scrape_step_times(url)
+        print(f"rate {rate:.2f} req/s: {s['output_throughput']:.1f} tok/s, TTFT p50/p99 "
+              f"{s['ttft_ms']['median']:.1f}/{s['ttft_ms']['p99']:.1f} ms, ITL p50/p99 "
+              f"{s['itl_ms']['median']:.1f}/{s['itl_ms']['p99']:.1f} ms, failed {s['failed']}", flush=True)
+        sweep.append(s)
+    return sweep
 
 
 def with_url(args, url: str, seed: int):
     import argparse
     a = argparse.Namespace(**vars(args))
     a.base_url, a.seed, a.model, a.api_key = url, seed, None, None
-    a.request_rate, a.max_concurrency = math.inf, args.max_concurrency
+    a.request_rate, a.max_concurrency, a.scrape_interval = math.inf, args.max_concurrency, None
     return a
 
 
@@ -501,6 +534,7 @@ def parse_args(argv=None):
     s.add_argument("--base-url", default="http://127.0.0.1:1919")
     s.add_argument("--model", default=None, help="the model name to send (default: the first of /v1/models)")
     s.add_argument("--api-key", default=os.environ.get("MINISGL_API_KEY"))
+    s.add_argument("--scrape-interval", type=float, default=None, help="GET /metrics this often during the load")
     o = sub.add_parser("offline", help="LLM.generate on the same workload")
     c = sub.add_parser("compare", help="offline and serve side by side, then an optional rate sweep")
     for p in (s, c):
@@ -517,6 +551,10 @@ def parse_args(argv=None):
     c.add_argument("--sweep-rates", default=None, help="e.g. '0.25x,0.5x,1x' (of the peak) or '4,8,16'")
     c.add_argument("--sweep-num-prompts", type=int, default=None)
     c.add_argument("--server-log", default=None)
+    c.add_argument("--baseline-pythonpath", default=None,
+                   help="also serve from this checkout (PYTHONPATH) and bench it in the same rotation: before/after")
+    c.add_argument("--scrape-check", action="store_true", help="also bench the server while /metrics is scraped at "
+                                                               "1 Hz (its cost)")
     for p in (s, o, c):
         add_workload_flags(p)
     args = ap.parse_args(argv)
@@ -536,8 +574,10 @@ def main(argv=None) -> int:
         print(f"offline: {out['completed']} requests, {out['output_throughput']:.1f} output tok/s")
     else:
         out = bench_compare(args)
-        print(f"serve / offline output throughput: median {out['ratio_median']:.3f} "
-              f"(min {out['ratio_min']:.3f}, max {out['ratio_max']:.3f})")
+        for k, v in out.items():
+            if k.startswith("ratio_"):
+                print(f"{k[6:]} / offline output throughput: median {v['median']:.3f} (min {v['min']:.3f}, "
+                      f"max {v['max']:.3f})")
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:

@@ -90,7 +90,7 @@ class StatsReply:
 
 @dataclass
 class BatchTokenizerMsg:
-    data: list[DetokenizeMsg | StatsReply]
+    data: list[DetokenizeMsg | StatsReply | SchedulerStats]
 
 
 # ---- detokenizer -> API server -------------------------------------------------------------------
@@ -105,11 +105,28 @@ class UserReply:
     warning: str | None = None
     error: str | None = None
     status: int = 200
+    output_ids: list[int] | None = None  # --skip-tokenizer-init: the new token ids (incremental_output is "")
+
+
+@dataclass
+class SchedulerStats:
+    """The scheduler's gauges and cumulative counters for /metrics: rank 0 sends one every
+    STATS_INTERVAL_S while busy and one when it turns idle; the detokenizer passes it on."""
+    running: int
+    waiting: int
+    num_pages: int
+    free_pages: int
+    evictable_pages: int  # cached and unreferenced: free for the taking
+    prefix_queried_tokens: int  # prompt tokens of admitted requests (cumulative)
+    prefix_hit_tokens: int  # of which the prefix cache served (cumulative)
+    step_bounds: list[float]  # step-time histogram bucket upper bounds, seconds
+    step_counts: dict[str, list[int]]  # phase -> cumulative count per bucket (last: +Inf)
+    step_sum: dict[str, float]  # phase -> total seconds
 
 
 @dataclass
 class BatchFrontendMsg:
-    data: list[UserReply | StatsReply]
+    data: list[UserReply | StatsReply | SchedulerStats]
 
 
 # ---- process start-up ----------------------------------------------------------------------------
@@ -123,7 +140,7 @@ class AckMsg:
 
 MESSAGE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     SamplingParams, TokenizeMsg, UserMsg, AbortMsg, StatsMsg, ExitMsg, BatchBackendMsg, DetokenizeMsg,
-    StatsReply, BatchTokenizerMsg, UserReply, BatchFrontendMsg, AckMsg)}
+    StatsReply, BatchTokenizerMsg, UserReply, BatchFrontendMsg, AckMsg, SchedulerStats)}
 
 # dtypes a boundary may carry (numpy must hold them, so no bfloat16): token ids, and floats for debugging
 _DTYPES = {str(d).removeprefix("torch."): d for d in (torch.int32, torch.int64, torch.float32, torch.uint8)}

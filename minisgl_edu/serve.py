@@ -44,6 +44,10 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     ap.add_argument("--trace", default=None,
                     help="write a Chrome/Perfetto step trace (scheduler rank 0) to this file at shutdown")
     ap.add_argument("--hop-log", default=None, help="append one JSON line per message hop to this file")
+    ap.add_argument("--skip-tokenizer-init", action="store_true",
+                    help="load no tokenizer: prompts are token ids (/v1/completions), replies carry token_ids")
+    ap.add_argument("--naive-stream", action="store_true",
+                    help="the per-token twins of the streaming path (one decode and one SSE event per token)")
     a = ap.parse_args(argv)
     if a.tp < 1 or a.num_tokenizers < 1:
         ap.error("--tp and --num-tokenizers must be >= 1")
@@ -58,7 +62,8 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                         a.page_size, a.max_prefill_tokens, a.cache, a.cuda_graph_max_bs,
                         False if a.no_overlap else None, a.dummy_weights, a.max_running_reqs, a.max_total_tokens,
                         a.context_length, a.num_tokenizers, a.host, a.port, a.api_key,
-                        trace_path=a.hop_log, step_trace_path=a.trace), a.shell
+                        trace_path=a.hop_log, step_trace_path=a.trace, skip_tokenizer_init=a.skip_tokenizer_init,
+                        naive_stream=a.naive_stream), a.shell
 
 
 def main(argv=None) -> int:

@@ -30,6 +30,8 @@ EXAMPLES = [
     M.UserReply(16, "Paris", True, "stop", 37, 8, warning="cut"),
     M.UserReply(17, "", True, "error", error="boom", status=503),
     M.BatchFrontendMsg([M.UserReply(18, "a", False), M.UserReply(19, "b", True, "length", 3, 4)]),
+    M.UserReply(20, "", False, output_ids=[5, 6]),
+    M.SchedulerStats(2, 1, 100, 50, 10, 300, 120, [0.01, 0.1], {"decode": [3, 1, 0]}, {"decode": 0.05}),
     M.AckMsg("tokenizer-0", 1234),
     M.AckMsg("scheduler-rank0", 99, "Traceback ..."),
 ]

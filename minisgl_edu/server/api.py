@@ -36,13 +36,15 @@ import zmq
 import zmq.asyncio
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..messages import AbortMsg, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode, encode, unbatch
+from ..messages import (AbortMsg, SchedulerStats, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode, encode,
+                        unbatch)
 from ..req import SamplingParams
 from .common import ServerConfig, trace
+from .metrics import ServerMetrics
 from .queues import Addresses
 
 log = logging.getLogger("minisgl_edu")
@@ -169,6 +171,7 @@ class Frontend:
         self.dead: str | None = None  # set by the launcher's watchdog when a worker dies
         self.pids: dict[str, int] = {}  # worker name -> pid, shown by /health
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.metrics = ServerMetrics(cfg.served_name)  # /metrics: fed here, as replies arrive
 
     def send(self, msg) -> None:
         # a plain (blocking-API) PUSH: it queues without waiting, so it is safe in a cancelled handler too
@@ -192,7 +195,13 @@ class Frontend:
             while True:
                 replies = unbatch(decode(await sock.recv()))
                 trace(self.cfg, "api", "recv UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
+                now = time.perf_counter()
                 for reply in replies:
+                    if isinstance(reply, SchedulerStats):  # the scheduler's gauges, for /metrics
+                        self.metrics.sched = reply
+                        continue
+                    if isinstance(reply, UserReply):
+                        self.metrics.on_reply(reply, now)
                     q = self.queues.get(reply.uid)
                     if q is not None:  # replies of aborted requests find no queue
                         q.put_nowait(reply)
@@ -210,14 +219,30 @@ class Frontend:
             q.put_nowait(UserReply(uid, "", True, "error", error=reason, status=503))
 
 
-async def next_reply(q: asyncio.Queue, request: Request):
-    """The next reply for this request; None if the client has gone away meanwhile."""
-    while True:
+async def next_reply(q: asyncio.Queue, request: Request, coalesce: bool = True):
+    """The next reply for this request; None if the client has gone away meanwhile. With `coalesce`, every
+    reply already waiting is merged into it: one SSE event for what arrived while we were busy."""
+    while q.empty():  # wait_for costs a task per call: only pay it when there is nothing to take
         try:
-            return await asyncio.wait_for(q.get(), timeout=0.5)
+            reply = await asyncio.wait_for(q.get(), timeout=0.5)
+            break
         except asyncio.TimeoutError:
             if await request.is_disconnected():
                 return None
+    else:
+        reply = q.get_nowait()
+    while coalesce and not q.empty() and not reply.finished and isinstance(reply, UserReply):
+        reply = merge_replies(reply, q.get_nowait())
+    return reply
+
+
+def merge_replies(a: UserReply, b: UserReply) -> UserReply:
+    """Two consecutive replies of one request as one (b is the later)."""
+    ids = (a.output_ids or []) + (b.output_ids or []) if a.output_ids is not None or b.output_ids is not None \
+        else None
+    return UserReply(a.uid, a.incremental_output + b.incremental_output, b.finished, b.finish_reason,
+                     b.prompt_tokens or a.prompt_tokens, b.completion_tokens, a.warning or b.warning, b.error,
+                     b.status, ids)
 
 
 class BodyLimit:
@@ -319,9 +344,21 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
             raise APIError(503, reply.error or "no stats", "worker_died")
         return asdict(reply)
 
+    @app.get("/metrics")
+    async def metrics():
+        """Prometheus text format (server/metrics.py): latency histograms, token counters, scheduler gauges."""
+        try:
+            body = frontend.metrics.render()
+        except ImportError:
+            raise APIError(503, "/metrics needs the prometheus_client package", "metrics_unavailable") from None
+        return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
     @app.post("/v1/chat/completions", dependencies=[Depends(check_key)])
     async def chat(body: ChatRequest, request: Request):
         check_model(body.model)
+        if cfg.skip_tokenizer_init:
+            raise APIError(400, "chat needs a tokenizer, and this server runs with --skip-tokenizer-init: send "
+                           "token ids to /v1/completions", "unsupported_parameter", "messages")
         if not body.messages:
             raise APIError(400, "messages must not be empty", "invalid_value", "messages")
         sp = sampling_params(body, body.max_completion_tokens if body.max_tokens is None else body.max_tokens)
@@ -341,6 +378,10 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
             raise APIError(400, "the prompt is empty", "invalid_value", "prompt")
         if not isinstance(prompt, str) and not all(0 <= t < 2**31 for t in prompt):  # the wire carries int32 ids
             raise APIError(400, "token ids must lie in [0, 2^31)", "invalid_value", "prompt")
+        if cfg.skip_tokenizer_init and (isinstance(prompt, str) or body.stop):
+            raise APIError(400, "this server runs with --skip-tokenizer-init: the prompt must be token ids and "
+                           "stop strings cannot be matched", "unsupported_parameter",
+                           "prompt" if isinstance(prompt, str) else "stop")
         sp = sampling_params(body, body.max_tokens)
         msg = TokenizeMsg(-1, prompt, None, sp) if isinstance(prompt, str) else TokenizeMsg(-1, None, None, sp, prompt)
         return await respond(msg, body, request, chat=False)
@@ -348,12 +389,15 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
     async def respond(msg: TokenizeMsg, body: CommonParams, request: Request, chat: bool):
         uid, q = frontend.open()
         msg.uid = uid
+        frontend.metrics.opened(uid)
         try:
             frontend.send(msg)
         except (OverflowError, ValueError) as e:  # msgpack: ints beyond 64 bits, strings with lone surrogates
             frontend.close(uid, abort=False)
+            frontend.metrics.forget(uid)
             raise APIError(400, f"the request cannot be encoded: {e}", "invalid_value") from None
-        first = await next_reply(q, request)  # wait for the first token: a refusal still gets a status code
+        coalesce = not cfg.naive_stream
+        first = await next_reply(q, request, coalesce)  # wait for the first token: a refusal still gets a status code
         if first is None or first.error is not None:
             frontend.close(uid, abort=first is None)
             if first is None:
@@ -364,18 +408,21 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
         stops = StopStrings([body.stop] if isinstance(body.stop, str) else list(body.stop or []))
         kind = "chatcmpl" if chat else "cmpl"
         meta = {"id": f"{kind}-{uid}", "created": int(time.time()), "model": cfg.served_name}
-        replies = stream_replies(uid, q, first, stops, request)
+        replies = stream_replies(uid, q, first, stops, request, coalesce)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(sse(replies, meta, chat, include_usage), media_type="text/event-stream",
                                      headers=headers)
-        text, last = [], first
+        text, ids, last = [], [], first
         async for piece, last in replies:
             text.append(piece)
+            ids += last.output_ids or []
         if last.error is not None:
             return error_json(last.status, last.error, "worker_died")
         choice = {"index": 0, "finish_reason": last.finish_reason, "logprobs": None}
         choice.update({"message": {"role": "assistant", "content": "".join(text)}} if chat else {"text": "".join(text)})
+        if cfg.skip_tokenizer_init:
+            choice["token_ids"] = ids  # no tokenizer: the output is token ids, the text stays empty
         out = {**meta, "object": "chat.completion" if chat else "text_completion", "choices": [choice],
                "usage": usage(last)}
         if first.warning:
@@ -383,7 +430,7 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
         return JSONResponse(out, headers=headers)
 
     async def stream_replies(uid: int, q: asyncio.Queue, first: UserReply, stops: StopStrings,
-                             request: Request) -> AsyncIterator[tuple[str, UserReply]]:
+                             request: Request, coalesce: bool = True) -> AsyncIterator[tuple[str, UserReply]]:
         """(new text, its reply) until the request finishes; aborts it if we stop early or the client leaves."""
         reply, engine_done = first, False
         try:
@@ -397,7 +444,7 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
                 yield text, reply
                 if reply.finished:
                     return
-                reply = await next_reply(q, request)
+                reply = await next_reply(q, request, coalesce)
                 if reply is None:
                     return
         finally:
@@ -406,12 +453,14 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
     async def sse(replies, meta: dict, chat: bool, include_usage: bool) -> AsyncIterator[str]:
         obj = "chat.completion.chunk" if chat else "text_completion"
 
-        def chunk(text: str | None, finish: str | None, role: bool = False) -> str:
+        def chunk(text: str | None, finish: str | None, role: bool = False, ids: list[int] | None = None) -> str:
             if chat:
                 delta = ({"role": "assistant"} if role else {}) | ({"content": text} if text is not None else {})
                 choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
             else:
                 choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+            if ids is not None:
+                choice["token_ids"] = ids  # --skip-tokenizer-init
             return f"data: {json.dumps({**meta, 'object': obj, 'choices': [choice]})}\n\n"
 
         if chat:
@@ -421,8 +470,8 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
             if last.error is not None:  # a worker died mid-stream: say so, then end without [DONE]
                 yield f"data: {json.dumps({'error': {'message': last.error, 'type': 'service_unavailable'}})}\n\n"
                 return
-            if text:
-                yield chunk(text, None)
+            if text or last.output_ids:
+                yield chunk(text, None, ids=last.output_ids)
             if last.finished:
                 yield chunk(None if chat else "", last.finish_reason)
         if include_usage and last is not None:

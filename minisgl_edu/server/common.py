@@ -41,6 +41,8 @@ class ServerConfig:
     startup_timeout: float = 600.0
     trace_path: str | None = None  # the hop log (--hop-log): every process appends one JSON line per message hop
     step_trace_path: str | None = None  # --trace: scheduler rank 0 writes a Perfetto step trace here at shutdown
+    skip_tokenizer_init: bool = False  # token ids in, token ids out: no process loads a tokenizer
+    naive_stream: bool = False  # the per-token twins: one decode call per token, one SSE event per token
 
 
 def setup_child(name: str, parent_pid: int) -> None:

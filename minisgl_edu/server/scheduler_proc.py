@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from contextlib import nullcontext
 
 import torch
@@ -21,6 +22,7 @@ from .. import tp
 from ..messages import (AbortMsg, BatchTokenizerMsg, DetokenizeMsg, ExitMsg, StatsMsg, StatsReply, UserMsg, decode,
                         unbatch)
 from .common import ServerConfig, exit_child, send_ack, setup_child, trace
+from .metrics import SchedulerCounters
 from .queues import Addresses, publisher, pull, push, subscriber
 
 log = logging.getLogger("minisgl_edu")
@@ -102,7 +104,8 @@ def run_scheduler(rank: int, cfg: ServerConfig, addrs: Addresses, parent_pid: in
                                              cfg.context_length, cfg.max_total_tokens, dummy_weights=cfg.dummy_weights,
                                              cuda_graph_max_bs=cfg.cuda_graph_max_bs),
                                 cfg.max_prefill_tokens, cfg.cache, cfg.overlap,
-                                eos_ids(cfg.model_path, load_tokenizer(cfg.model_path, warn=False)),
+                                eos_ids(cfg.model_path, None if cfg.skip_tokenizer_init
+                                        else load_tokenizer(cfg.model_path, warn=False)),
                                 (rank == 0 and cfg.step_trace_path) or None)
         io = RankIO(rank, cfg.tp, addrs)
         io.wait_for_ranks()
@@ -120,6 +123,7 @@ def scheduler_loop(sched, io: RankIO, cfg: ServerConfig, name: str) -> None:
     ctx = sched.engine.max_seq_len
     prompt_len: dict[int, int] = {}  # uid -> prompt tokens, for the usage counts
     clamped: set[int] = set()  # uids whose first reply must carry the "max_tokens reduced" warning
+    counters = SchedulerCounters()  # for /metrics: shipped as a SchedulerStats message now and then
     while True:
         replies = []
         busy = not sched.idle  # an idle receive is a wait for mail, not work: it is not traced
@@ -137,6 +141,7 @@ def scheduler_loop(sched, io: RankIO, cfg: ServerConfig, name: str) -> None:
                     replies.append(DetokenizeMsg(msg.uid, -1, True, "error", len(ids), error=str(e), status=status))
                     continue
                 prompt_len[msg.uid] = req.prompt_len
+                counters.queried += req.prompt_len
                 if req.clamped:
                     clamped.add(msg.uid)
             elif isinstance(msg, AbortMsg):
@@ -150,13 +155,18 @@ def scheduler_loop(sched, io: RankIO, cfg: ServerConfig, name: str) -> None:
                     log.info("step trace: %s", sched.tracer.save())
                 return
         if not sched.idle:
-            for out in sched.step():
+            t0 = time.perf_counter()
+            outs = sched.step()
+            counters.observe_step(sched, time.perf_counter() - t0)
+            for out in outs:
                 n = prompt_len.pop(out.uid, 0) if out.finished else prompt_len.get(out.uid, 0)
                 replies.append(DetokenizeMsg(out.uid, out.token_id, out.finished, out.finish_reason, n,
                                              clamped=out.uid in clamped))
                 clamped.discard(out.uid)
             if sched.idle:
                 sched.check_integrity()  # every page is free or cached once nothing runs
+        if io.rank == 0 and counters.due(time.monotonic(), not sched.idle, (busy or bool(msgs)) and sched.idle):
+            replies.append(counters.message(sched))
         if io.rank == 0:
             trace(cfg, name, "send DetokenizeMsg", [r.uid for r in replies if isinstance(r, DetokenizeMsg)])
         io.send(replies)
