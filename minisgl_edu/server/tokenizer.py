@@ -169,31 +169,33 @@ def rounds(msgs: list[DetokenizeMsg]) -> list[list[DetokenizeMsg]]:
 
 
 def detokenize_step(tok, states: dict[int, DecodeState], msgs: list[DetokenizeMsg], naive: bool) -> list[UserReply]:
-    """UserReplies for one batch of DetokenizeMsgs (in order); errors pass through."""
+    """UserReplies for one batch of DetokenizeMsgs (in order; a uid may come twice: two steps); errors pass through."""
     todo = [m for m in msgs if m.error is None]
+    done: dict[int, tuple[str, int]] = {}  # id(msg) -> (its text, the request's token count after it)
     if tok is None:  # --skip-tokenizer-init: the ids are the output, the text stays empty
-        text = {id(m): "" for m in todo}
         for m in todo:
             st = states.setdefault(m.uid, DecodeState())
             if m.next_token >= 0:
                 st.ids.append(m.next_token)
+            done[id(m)] = ("", len(st.ids))
     elif naive:
-        text = {id(m): detokenize_next(tok, states.setdefault(m.uid, DecodeState()), m.next_token, m.finished)
-                for m in todo}
+        for m in todo:
+            st = states.setdefault(m.uid, DecodeState())
+            done[id(m)] = (detokenize_next(tok, st, m.next_token, m.finished), len(st.ids))
     else:
-        text, decoder = {}, batch_decoder(tok)
+        decoder = batch_decoder(tok)
         for group in rounds(todo):
             sts = [states.setdefault(m.uid, DecodeState()) for m in group]
             outs = detokenize_batch(tok, sts, [m.next_token for m in group], [m.finished for m in group], decoder)
-            text.update((id(m), t) for m, t in zip(group, outs))
+            done.update((id(m), (t, len(st.ids))) for m, t, st in zip(group, outs, sts))
     replies = []
     for m in msgs:
         if m.error is not None:
             replies.append(UserReply(m.uid, "", True, "error", error=m.error, status=m.status))
             continue
-        n = len(states[m.uid].ids)
+        text, n = done[id(m)]
         ids = ([m.next_token] if m.next_token >= 0 else []) if tok is None else None
-        replies.append(UserReply(m.uid, text[id(m)], m.finished, m.finish_reason, m.prompt_tokens, n,
+        replies.append(UserReply(m.uid, text, m.finished, m.finish_reason, m.prompt_tokens, n,
                                  CLAMPED_WARNING if m.clamped else None, output_ids=ids))
         if m.finished:
             states.pop(m.uid, None)
