@@ -583,3 +583,32 @@ def main(argv=None) -> int:
         with open(args.out, "w") as f:
             json.dump(out, f, indent=1, default=str)
     return 1 if out.get("failed") else 0
+
+
+# ---- the load curve (notebook 09) ----------------------------------------------------------------
+def plot_load_curve(results: dict | str, axes=None):
+    """Throughput, TTFT and ITL (p50 and p99) against the request rate, one line per model, from
+    scripts/gpu_serve.sh's gpu_serve.json (or one `bench compare` JSON); returns the matplotlib axes."""
+    import matplotlib.pyplot as plt
+    if isinstance(results, str):
+        with open(results) as f:
+            results = json.load(f)
+    models = results.get("models") or {"": results}
+    if axes is None:
+        _, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for name, res in models.items():
+        sweep = sorted(res["sweep"], key=lambda s: s["request_rate"])
+        rates = [s["request_rate"] for s in sweep]
+        offline = res["runs"][0]["offline"]["output_throughput"]
+        line, = axes[0].plot(rates, [s["output_throughput"] for s in sweep], "o-", label=f"{name} serve")
+        axes[0].axhline(offline, ls=":", color=line.get_color(), label=f"{name} offline")
+        for ax, key in ((axes[1], "ttft_ms"), (axes[2], "itl_ms")):
+            ax.plot(rates, [s[key]["median"] for s in sweep], "o-", color=line.get_color(), label=f"{name} p50")
+            ax.plot(rates, [s[key]["p99"] for s in sweep], "s--", color=line.get_color(), label=f"{name} p99")
+    for ax, title in zip(axes, ("output tokens/s", "TTFT (ms)", "ITL (ms)")):
+        ax.set_xlabel("request rate (req/s)")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    axes[1].set_yscale("log")
+    axes[2].set_yscale("log")
+    return axes

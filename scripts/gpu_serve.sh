@@ -24,7 +24,7 @@ for model in smollm2-135m qwen3-0.6b; do
     [ "$model" = qwen3-0.6b ] && extra="$extra --skip-tokenizer-init"  # its folder has no tokenizer
     run timeout "$LIMIT" python3 -m minisgl_edu.bench compare --model-path "benchmarks/configs/$model" \
         --device "$DEVICE" --dummy-weights --num-prompts "$N" "${LENS[@]}" --warmup 8 --repeats 1 \
-        --serve-args "$extra" --sweep-rates "$RATES" --sweep-num-prompts "$SWEEP_N" --no-progress \
+        "--serve-args=$extra" --sweep-rates "$RATES" --sweep-num-prompts "$SWEEP_N" --no-progress \
         --server-log "$OUT/serve_$model.log" --out "$OUT/serve_$model.json"
 done
 run python3 - <<'PY'

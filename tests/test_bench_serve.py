@@ -200,7 +200,7 @@ def test_bench_against_the_cpu_server_completes_without_failures(tmp_path):
     out = tmp_path / "cmp.json"
     code = bench.main(["compare", "--num-prompts", "6", "--input-len", "8", "24", "--output-len", "4", "8",
                        "--warmup", "1", "--no-progress", "--out", str(out), "--device", "cpu",
-                       "--serve-args", "--max-running-reqs 16 --context-length 512 --max-total-tokens 4096",
+                       "--serve-args=--max-running-reqs 16 --context-length 512 --max-total-tokens 4096",
                        "--server-log", str(tmp_path / "serve.log")])
     res = json.loads(out.read_text())
     assert code == 0
