@@ -180,7 +180,8 @@ def _to_wire(v: Any) -> Any:
             raise MessageError(f"{name} is not a message type (add it to MESSAGE_TYPES)")
         out = {"__type__": name}
         for k in _field_names(type(v)):
-            out[k] = _to_wire(getattr(v, k))
+            x = getattr(v, k)
+            out[k] = x if type(x) in _PLAIN else _to_wire(x)
         return out
     if isinstance(v, (list, tuple)):
         return [x if type(x) in _PLAIN else _to_wire(x) for x in v]
