@@ -298,6 +298,8 @@ def bench_offline(args) -> dict:
 
     from . import LLM, SamplingParams
     reqs = make_requests(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     kw = json.loads(args.llm_kwargs) if args.llm_kwargs else {}
     llm = LLM(args.model_path, device=args.device, dummy_weights=args.dummy_weights, **kw)
     if args.warmup:
@@ -366,7 +368,7 @@ def stop_server(proc: subprocess.Popen) -> None:
             proc.wait(10)
 
 
-def offline_subprocess(args, seed: int) -> dict:
+def offline_subprocess(args, seed: int, threads: int | None = None) -> dict:
     """`bench offline` in a fresh interpreter (its own threads and device memory), same workload flags."""
     import tempfile
     with tempfile.TemporaryDirectory() as d:
@@ -375,13 +377,14 @@ def offline_subprocess(args, seed: int) -> dict:
                "--no-progress", "--model-path", args.model_path]
         cmd += (["--device", args.device] if args.device else []) + (["--dummy-weights"] if args.dummy_weights else [])
         cmd += ["--llm-kwargs", args.llm_kwargs] if args.llm_kwargs else []
+        cmd += ["--threads", str(threads or args.threads)] if threads or args.threads else []
         subprocess.run(cmd, check=True)
         with open(out) as f:
             return json.load(f)
 
 
-def scrape_step_times(url: str) -> dict:
-    """Mean step time by phase (ms) from the server's /metrics, when it has them."""
+def step_totals(url: str) -> dict:
+    """{phase: (seconds, steps)} so far, from the server's /metrics step-time histogram ({} without one)."""
     import httpx
     sums, counts = {}, {}
     try:
@@ -395,7 +398,18 @@ def scrape_step_times(url: str) -> dict:
                     counts[s.labels["phase"]] = s.value
     except Exception:  # another server, or one without /metrics
         return {}
-    return {p: 1e3 * sums[p] / counts[p] for p in sums if counts.get(p)}
+    return {p: (sums[p], counts[p]) for p in sums if p in counts}
+
+
+def bench_serve_timed(a, url: str) -> dict:
+    """bench_serve, plus the server's mean step time by phase during this run (ms, from /metrics)."""
+    before = step_totals(url)
+    s = bench_serve(a)
+    s.pop("config")
+    after = step_totals(url)
+    s["step_ms"] = {p: 1e3 * (t - before.get(p, (0, 0))[0]) / (n - before.get(p, (0, 0))[1])
+                    for p, (t, n) in after.items() if n > before.get(p, (0, 0))[1]}
+    return s
 
 
 def parse_rates(spec: str, peak: float) -> list[float]:
@@ -429,8 +443,9 @@ def bench_compare(args) -> dict:
         for proc, _ in servers.values():
             stop_server(proc)
         servers.clear()
+    extra_offline = f"offline_{args.also_offline_threads}t" if args.also_offline_threads else None
     variants = ["offline", "serve"] + (["baseline"] if args.baseline_pythonpath else []) + \
-        (["serve_scraped"] if args.scrape_check else [])
+        (["serve_scraped"] if args.scrape_check else []) + ([extra_offline] if extra_offline else [])
     runs = []
     try:
         for rep in range(args.repeats):
@@ -438,22 +453,25 @@ def bench_compare(args) -> dict:
             order = variants[rep % len(variants):] + variants[:rep % len(variants)]
             row = {"seed": seed, "order": order}
             for which in order:
-                if which == "offline":
+                if which.startswith("offline"):
                     if not keep:
                         stop_all()
-                    row["offline"] = offline_subprocess(args, seed)
+                    row[which] = offline_subprocess(args, seed, args.also_offline_threads if which != "offline"
+                                                    else None)
                     continue
                 url = server("baseline" if which == "baseline" else "serve")
                 a = with_url(args, url, seed)
                 a.scrape_interval = 1.0 if which == "serve_scraped" else None
-                row[which] = bench_serve(a)
-                row[which].pop("config")
-                row[which]["step_ms"] = scrape_step_times(url)
+                row[which] = bench_serve_timed(a, url)
             off = row["offline"]["output_throughput"]
             row["ratio"] = {k: row[k]["output_throughput"] / off for k in variants if k != "offline"}
+            if extra_offline:  # the server against an offline engine with the scheduler's thread count
+                row["ratio"][f"serve_vs_{extra_offline}"] = row["serve"]["output_throughput"] / \
+                    row[extra_offline]["output_throughput"]
             print(f"repeat {rep}: offline {off:.1f} tok/s; " + "; ".join(
-                f"{k} {row[k]['output_throughput']:.1f} tok/s (x{row['ratio'][k]:.3f}, failed {row[k]['failed']})"
-                for k in row["ratio"]), flush=True)
+                f"{k} {row[k]['output_throughput']:.1f} tok/s (x{row['ratio'][k]:.3f}, failed {row[k].get('failed', 0)})"
+                for k in row["ratio"] if k in row) + "".join(
+                f"; {k} x{v:.3f}" for k, v in row["ratio"].items() if k not in row), flush=True)
             runs.append(row)
         sweep = run_sweep(args, server("serve"), runs) if args.sweep_rates else []
     finally:
@@ -473,9 +491,8 @@ def run_sweep(args, url: str, runs: list[dict]) -> list[dict]:
     for i, rate in enumerate(parse_rates(args.sweep_rates, peak)):
         a = with_url(args, url, args.seed + 1000 + i)
         a.request_rate, a.num_prompts = rate, args.sweep_num_prompts or args.num_prompts
-        s = bench_serve(a)
-        s.pop("config")
-        s["request_rate"], s["step_ms"] = rate, scrape_step_times(url)
+        s = bench_serve_timed(a, url)
+        s["request_rate"] = rate
         print(f"rate {rate:.2f} req/s: {s['output_throughput']:.1f} tok/s, TTFT p50/p99 "
               f"{s['ttft_ms']['median']:.1f}/{s['ttft_ms']['p99']:.1f} ms, ITL p50/p99 "
               f"{s['itl_ms']['median']:.1f}/{s['itl_ms']['p99']:.1f} ms, failed {s['failed']}", flush=True)
@@ -546,6 +563,7 @@ def parse_args(argv=None):
         p.add_argument("--device", default=None)
         p.add_argument("--dummy-weights", action="store_true")
         p.add_argument("--llm-kwargs", default=None, help='offline LLM(...) keywords as JSON, e.g. {"page_size": 16}')
+        p.add_argument("--threads", type=int, default=None, help="offline: torch threads (default: torch's)")
     c.add_argument("--serve-args", default=None, help="extra `serve` flags, e.g. '--skip-tokenizer-init'")
     c.add_argument("--repeats", type=int, default=1)
     c.add_argument("--sweep-rates", default=None, help="e.g. '0.25x,0.5x,1x' (of the peak) or '4,8,16'")
@@ -553,6 +571,8 @@ def parse_args(argv=None):
     c.add_argument("--server-log", default=None)
     c.add_argument("--baseline-pythonpath", default=None,
                    help="also serve from this checkout (PYTHONPATH) and bench it in the same rotation: before/after")
+    c.add_argument("--also-offline-threads", type=int, default=None,
+                   help="also run offline with this many torch threads (e.g. the server scheduler's: cores - 1)")
     c.add_argument("--scrape-check", action="store_true", help="also bench the server while /metrics is scraped at "
                                                                "1 Hz (its cost)")
     for p in (s, o, c):
