@@ -195,18 +195,26 @@ class Frontend:
             while True:
                 replies = unbatch(decode(await sock.recv()))
                 trace(self.cfg, "api", "recv UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
-                now = time.perf_counter()
+                replies = self.observe(replies)
                 for reply in replies:
-                    if isinstance(reply, SchedulerStats):  # the scheduler's gauges, for /metrics
-                        self.metrics.sched = reply
-                        continue
-                    if isinstance(reply, UserReply):
-                        self.metrics.on_reply(reply, now)
                     q = self.queues.get(reply.uid)
                     if q is not None:  # replies of aborted requests find no queue
                         q.put_nowait(reply)
         finally:
             sock.close(linger=0)
+
+    def observe(self, replies: list) -> list:
+        """Feed /metrics (latencies and token counts as replies arrive; the scheduler's SchedulerStats, which
+        are for us alone and are taken out); return the replies that go to a request's queue."""
+        now, out = time.perf_counter(), []
+        for reply in replies:
+            if isinstance(reply, SchedulerStats):
+                self.metrics.sched = reply
+                continue
+            if isinstance(reply, UserReply):
+                self.metrics.on_reply(reply, now)
+            out.append(reply)
+        return out
 
     def close_sockets(self) -> None:
         for s in self.to_tokenizers:
