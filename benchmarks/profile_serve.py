@@ -5,7 +5,8 @@
 Starts `python -m minisgl_edu.serve` (from OTHER_CHECKOUT when given: before/after), finds its scheduler,
 tokenizer, detokenizer and API (launcher) processes through /health, runs `python -m minisgl_edu.bench serve`
 against it while `py-spy record --format raw` samples each process, and prints, per process, how many
-samples it was on the CPU and its top functions (own time). Needs `pip install py-spy`.
+samples it was on the CPU, its CPU time per output token (psutil: user + system, which a busy machine
+inflates far less than wall time) and its top functions (own time). Needs `pip install py-spy`.
 """
 from __future__ import annotations
 
@@ -46,7 +47,9 @@ def main(argv: list[str]) -> int:
     spies = []
     try:
         import httpx
+        import psutil
         workers = httpx.get(url + "/health", timeout=10).json()["workers"] | {"api": proc.pid}
+        cpu0 = {name: sum(psutil.Process(pid).cpu_times()[:2]) for name, pid in workers.items()}
         bench = subprocess.Popen([sys.executable, "-m", "minisgl_edu.bench", "serve", "--base-url", url,
                                   "--no-progress", "--out", os.path.join(out_dir, "bench.json"), *rest], cwd=HERE)
         time.sleep(1.0)  # past the warm-up requests
@@ -56,17 +59,21 @@ def main(argv: list[str]) -> int:
                 ["py-spy", "record", "--pid", str(pid), "--format", "raw", "--output", path, "--rate", "200",
                  "--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)))
         bench.wait()
+        cpu = {name: sum(psutil.Process(pid).cpu_times()[:2]) - cpu0[name] for name, pid in workers.items()}
     finally:
         for _, _, spy in spies:
             spy.send_signal(2)  # SIGINT: py-spy writes its file and exits
         for _, _, spy in spies:
             spy.wait(30)
         stop_server(proc)
-    report = {}
+    with open(os.path.join(out_dir, "bench.json")) as f:
+        tokens = json.load(f)["total_output_tokens"]
+    report = {"output_tokens": tokens}
     for name, path, _ in spies:
         total, top = top_functions(path) if os.path.exists(path) else (0, [])
-        report[name] = {"samples": total, "top": top}
-        print(f"{name:14s} {total:6d} samples: " + ", ".join(f"{fn} {c}" for fn, c in top[:6]))
+        report[name] = {"samples": total, "cpu_s": cpu[name], "cpu_ms_per_token": 1e3 * cpu[name] / tokens, "top": top}
+        print(f"{name:16s} {1e3 * cpu[name] / tokens:8.3f} CPU ms/token {total:6d} samples: "
+              + ", ".join(f"{fn} {c}" for fn, c in top[:5]))
     with open(os.path.join(out_dir, "profile.json"), "w") as f:
         json.dump(report, f, indent=1)
     return 0
