@@ -346,7 +346,9 @@ def start_server(model_path: str, device: str | None, dummy: bool, serve_args: l
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     log = open(log_path, "ab")
     env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None  # another checkout: a before/after run
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    # `python -m` puts the working directory first on sys.path: run from that checkout, or it serves this one
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            cwd=pythonpath)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + timeout
     while True:
