@@ -481,6 +481,7 @@ def bench_compare(args) -> dict:
                 for k in row["ratio"] if k in row) + "".join(
                 f"; {k} x{v:.3f}" for k, v in row["ratio"].items() if k not in row), flush=True)
             runs.append(row)
+            save_partial(args, {"runs": runs, "sweep": []})
         sweep = run_sweep(args, server("serve"), runs) if args.sweep_rates else []
     finally:
         stop_all()
@@ -510,7 +511,16 @@ def run_sweep(args, url: str, runs: list[dict]) -> list[dict]:
               f"{s['ttft_ms']['median']:.1f}/{s['ttft_ms']['p99']:.1f} ms, ITL p50/p99 "
               f"{s['itl_ms']['median']:.1f}/{s['itl_ms']['p99']:.1f} ms, failed {s['failed']}", flush=True)
         sweep.append(s)
+        save_partial(args, {"runs": runs, "sweep": sweep})
     return sweep
+
+
+def save_partial(args, out: dict) -> None:
+    """Write what is measured so far to --out (a run cut short by a time limit keeps its finished parts)."""
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump({**out, "partial": True}, f, indent=1, default=str)
 
 
 def with_url(args, url: str, seed: int):
@@ -598,6 +608,8 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` sends SIGTERM: unwind, stop our servers
     args = parse_args(argv)
     if args.cmd == "serve":
         out = bench_serve(args)
