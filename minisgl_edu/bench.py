@@ -158,3 +158,14 @@ def release(engine, batch: Batch) -> None:
 def first_decode(stats) -> int:
     """Index of the first decode step in Scheduler.stats (the timeline has one entry per step too)."""
     return next(i for i, s in enumerate(stats) if s.phase == "decode")
+
+
+# ---- the command line (chapter 9): python -m minisgl_edu.bench serve | offline | compare ---------
+def main(argv=None) -> int:
+    """The serving benchmark's CLI; it lives in bench_serve.py (this module stays the offline helpers)."""
+    from .bench_serve import main as cli
+    return cli(argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

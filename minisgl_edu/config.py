@@ -54,6 +54,7 @@ class SchedulerConfig(EngineConfig):
     startup_timeout: float = 600.0  # every rank (and worker) has said "ready" by then
     use_count: bool = True  # False: chapter 8's counter-example, each rank takes what *it* has seen
     forward_lag_s: float = 0.0  # chapter 8: rank 0 forwards each step's messages this late (a slow link)
+    skip_tokenizer_init: bool = False  # token ids in, token ids out: no process loads a tokenizer (chapter 9)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,6 +64,7 @@ class ServerConfig(SchedulerConfig):
     host: str = "127.0.0.1"
     port: int = 1919
     api_key: str | None = None
+    naive_stream: bool = False  # the per-token twins: one decode call per token, one SSE event per token
 
     def __post_init__(self):
         if not self.served_name:  # frozen: set once, here
@@ -99,8 +101,8 @@ def load_tokenizer(path: str, warn: bool = True):
         return None
 
 
-def eos_ids(path: str) -> tuple[int, ...]:
-    """The folder's end-of-sequence ids: its generation config's, else its tokenizer's."""
+def eos_ids(path: str, use_tokenizer: bool = True) -> tuple[int, ...]:
+    """The folder's end-of-sequence ids: its generation config's, else its tokenizer's (unless told not to load it)."""
     ids = set()
     try:
         from transformers import GenerationConfig
@@ -108,6 +110,6 @@ def eos_ids(path: str) -> tuple[int, ...]:
         ids.update(e if isinstance(e, list) else [e] if e is not None else [])
     except OSError:
         pass
-    if not ids and (tok := load_tokenizer(path, warn=False)) is not None and tok.eos_token_id is not None:
+    if not ids and use_tokenizer and (tok := load_tokenizer(path, warn=False)) is not None and tok.eos_token_id is not None:
         ids.add(tok.eos_token_id)
     return tuple(ids)

@@ -96,7 +96,7 @@ class StatsReply:
 
 @dataclass
 class BatchTokenizerMsg:
-    data: list[DetokenizeMsg | StatsReply]
+    data: list[DetokenizeMsg | StatsReply | SchedulerStats]
 
 
 # ---- detokenizer -> API server -------------------------------------------------------------------
@@ -112,11 +112,28 @@ class UserReply:
     error: str | None = None
     status: int = 200
     logprobs: list[dict] | None = None  # OpenAI's entries {token, logprob, bytes, top_logprobs} for this token
+    output_ids: list[int] | None = None  # --skip-tokenizer-init: the new token ids (incremental_output is "")
+
+
+@dataclass
+class SchedulerStats:
+    """The scheduler's gauges and cumulative counters for /metrics: rank 0 sends one every
+    STATS_INTERVAL_S while busy and one when it turns idle; the detokenizer passes it on."""
+    running: int
+    waiting: int
+    num_pages: int
+    free_pages: int
+    evictable_pages: int  # cached and unreferenced: free for the taking
+    prefix_queried_tokens: int  # prompt tokens of admitted requests (cumulative)
+    prefix_hit_tokens: int  # of which the prefix cache served (cumulative)
+    step_bounds: list[float]  # step-time histogram bucket upper bounds, seconds
+    step_counts: dict[str, list[int]]  # phase -> cumulative count per bucket (last: +Inf)
+    step_sum: dict[str, float]  # phase -> total seconds
 
 
 @dataclass
 class BatchFrontendMsg:
-    data: list[UserReply | StatsReply]
+    data: list[UserReply | StatsReply | SchedulerStats]
 
 
 # ---- chapter 8's debugging exchange: what each rank decided (every rank -> the LLM(tp>1) caller) ---
@@ -182,7 +199,7 @@ class AckMsg:
 MESSAGE_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     SamplingParams, TokenizeMsg, UserMsg, AbortMsg, StatsMsg, ExitMsg, BatchBackendMsg, DetokenizeMsg,
     StatsReply, BatchTokenizerMsg, UserReply, BatchFrontendMsg, RecordMsg, ReportMsg, BatchRecord, RankReport,
-    AckMsg)}
+    AckMsg, SchedulerStats)}
 
 # dtypes a boundary may carry (numpy must hold them, so no bfloat16): token ids, and floats for debugging
 _DTYPES = {str(d).removeprefix("torch."): d for d in (torch.int32, torch.int64, torch.float32, torch.uint8)}
@@ -192,7 +209,21 @@ class MessageError(ValueError):
     """Bytes or an object that are not a valid message."""
 
 
+_PLAIN = frozenset((bool, int, float, str, bytes, type(None)))  # exact types: the common case, checked first
+_FIELDS: dict[type, tuple[str, ...]] = {}  # message class -> its field names (dataclasses.fields is slow per call)
+_FIELD_SETS: dict[type, frozenset[str]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def _to_wire(v: Any) -> Any:
+    if type(v) in _PLAIN:  # most fields of most messages: one set lookup (a token costs ~10 of these per hop)
+        return v
     if isinstance(v, torch.Tensor):
         if v.dim() != 1:
             raise MessageError(f"only 1-D tensors cross a process boundary, got shape {tuple(v.shape)}")
@@ -207,11 +238,12 @@ def _to_wire(v: Any) -> Any:
         if MESSAGE_TYPES.get(name) is not type(v):
             raise MessageError(f"{name} is not a message type (add it to MESSAGE_TYPES)")
         out = {"__type__": name}
-        for f in dataclasses.fields(v):
-            out[f.name] = _to_wire(getattr(v, f.name))
+        for k in _field_names(type(v)):
+            x = getattr(v, k)
+            out[k] = x if type(x) in _PLAIN else _to_wire(x)
         return out
     if isinstance(v, (list, tuple)):
-        return [_to_wire(x) for x in v]
+        return [x if type(x) in _PLAIN else _to_wire(x) for x in v]
     if isinstance(v, dict):
         if "__type__" in v or not all(isinstance(k, str) for k in v):
             raise MessageError("a plain dict in a message needs string keys and no '__type__' key")
@@ -222,8 +254,10 @@ def _to_wire(v: Any) -> Any:
 
 
 def _from_wire(v: Any) -> Any:
+    if type(v) in _PLAIN:
+        return v
     if isinstance(v, list):
-        return [_from_wire(x) for x in v]
+        return [x if type(x) in _PLAIN else _from_wire(x) for x in v]
     if not isinstance(v, dict):
         return v
     if "__type__" not in v:
@@ -237,10 +271,10 @@ def _from_wire(v: Any) -> Any:
     cls = MESSAGE_TYPES.get(name)
     if cls is None:
         raise MessageError(f"unknown message type {name!r}")
-    kwargs = {k: _from_wire(x) for k, x in v.items() if k != "__type__"}
-    names = {f.name for f in dataclasses.fields(cls)}
-    if not set(kwargs) <= names:
-        raise MessageError(f"{name} has no field(s) {sorted(set(kwargs) - names)}")
+    kwargs = {k: x if type(x) in _PLAIN else _from_wire(x) for k, x in v.items() if k != "__type__"}
+    names = _FIELD_SETS.get(cls) or _FIELD_SETS.setdefault(cls, frozenset(_field_names(cls)))
+    if not kwargs.keys() <= names:
+        raise MessageError(f"{name} has no field(s) {sorted(kwargs.keys() - names)}")
     try:
         return cls(**kwargs)
     except TypeError as e:  # a required field is missing

@@ -245,4 +245,5 @@ class Scheduler:
 def build_scheduler(cfg: SchedulerConfig) -> Scheduler:
     """One rank's engine and its scheduler, as the offline `LLM` and every scheduler rank build them."""
     engine = Engine(cfg)
-    return Scheduler(engine, cfg, eos_ids(cfg.model_path), Tracer(cfg.trace) if cfg.trace is not None else None)
+    return Scheduler(engine, cfg, eos_ids(cfg.model_path, not cfg.skip_tokenizer_init),
+                     Tracer(cfg.trace) if cfg.trace is not None else None)

@@ -53,6 +53,10 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     ap.add_argument("--hop-log", help="append one JSON line per message hop to this file")
     ap.add_argument("--exercises", help="serve with your build exercises from this folder swapped in "
                                         "(every process; see python -m minisgl_edu.exercises)")
+    ap.add_argument("--skip-tokenizer-init", action="store_true",
+                    help="load no tokenizer: prompts are token ids (/v1/completions), replies carry token_ids")
+    ap.add_argument("--naive-stream", action="store_true",
+                    help="the per-token twins of the streaming path (one decode and one SSE event per token)")
     kw = vars(ap.parse_args(argv))
     if folder := kw.pop("exercises", None):  # the build path's capstone: $MINISGL_EXERCISES reaches every child process
         from .exercises.swap import use_folder

@@ -37,6 +37,8 @@ EXAMPLES = [
     M.RankReport(0, "cpu", {"layers.0.mlp.down_proj.weight": (64, 32)},
                  [M.BatchRecord("prefill", (3,), (0,), (7,), (0, 1, 2, 3, 4, 5, 6))],
                  [torch.arange(6, dtype=torch.float32)], vocab=3),
+    M.UserReply(20, "", False, output_ids=[5, 6]),
+    M.SchedulerStats(2, 1, 100, 50, 10, 300, 120, [0.01, 0.1], {"decode": [3, 1, 0]}, {"decode": 0.05}),
     M.AckMsg("tokenizer-0", 1234),
     M.AckMsg("scheduler-rank0", 99, "Traceback ..."),
 ]

@@ -39,15 +39,17 @@ import zmq
 import zmq.asyncio
 from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..messages import AbortMsg, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode, encode, unbatch
+from ..messages import (AbortMsg, SchedulerStats, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode, encode,
+                        unbatch)
 from ..req import SamplingParams
 from .common import ServerConfig, trace
 from .protocol import (APIError, ChatRequest, CommonParams, CompletionRequest, DetokenizeRequest, TokenizeRequest,
                        chat_prompt, chunk_body, completion_prompt, error_body, model_card, response_body,
                        sampling_params, usage_chunk)
+from .metrics import ServerMetrics
 from .queues import Addresses
 
 log = logging.getLogger("minisgl_edu")
@@ -101,6 +103,7 @@ class Frontend:
         self.dead: str | None = None  # set by the launcher's watchdog when a worker dies
         self.pids: dict[str, int] = {}  # worker name -> pid, shown by /health
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.metrics = ServerMetrics(cfg.served_name)  # /metrics: fed here, as replies arrive
 
     def send(self, msg) -> None:
         # a plain (blocking-API) PUSH: it queues without waiting, so it is safe in a cancelled handler too
@@ -127,12 +130,26 @@ class Frontend:
             while True:
                 replies = unbatch(decode(await sock.recv()))
                 trace(self.cfg, "api", "recv UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
+                replies = self.observe(replies)
                 for reply in replies:
                     q = self.queues.get(reply.uid)
                     if q is not None:  # replies of aborted requests find no queue
                         q.put_nowait(reply)
         finally:
             sock.close(linger=0)
+
+    def observe(self, replies: list) -> list:
+        """Feed /metrics (latencies and token counts as replies arrive; the scheduler's SchedulerStats, which
+        are for us alone and are taken out); return the replies that go to a request's queue."""
+        now, out = time.perf_counter(), []
+        for reply in replies:
+            if isinstance(reply, SchedulerStats):
+                self.metrics.sched = reply
+                continue
+            if isinstance(reply, UserReply):
+                self.metrics.on_reply(reply, now)
+            out.append(reply)
+        return out
 
     def close_sockets(self) -> None:
         for s in self.to_tokenizers:
@@ -145,14 +162,32 @@ class Frontend:
             q.put_nowait(UserReply(uid, "", True, "error", error=reason, status=503))
 
 
-async def next_reply(q: asyncio.Queue, request: Request):
-    """The next reply for this request; None if the client has gone away meanwhile."""
-    while True:
+async def next_reply(q: asyncio.Queue, request: Request, coalesce: bool = True):
+    """The next reply for this request; None if the client has gone away meanwhile. With `coalesce`, every
+    reply already waiting is merged into it: one SSE event for what arrived while we were busy."""
+    while q.empty():  # wait_for costs a task per call: only pay it when there is nothing to take
         try:
-            return await asyncio.wait_for(q.get(), timeout=0.5)
+            reply = await asyncio.wait_for(q.get(), timeout=0.5)
+            break
         except asyncio.TimeoutError:
             if await request.is_disconnected():
                 return None
+    else:
+        reply = q.get_nowait()
+    while coalesce and not q.empty() and not reply.finished and isinstance(reply, UserReply):
+        reply = merge_replies(reply, q.get_nowait())
+    return reply
+
+
+def merge_replies(a: UserReply, b: UserReply) -> UserReply:
+    """Two consecutive replies of one request as one (b is the later)."""
+    ids = (a.output_ids or []) + (b.output_ids or []) if a.output_ids is not None or b.output_ids is not None \
+        else None
+    logprobs = (a.logprobs or []) + (b.logprobs or []) if a.logprobs is not None or b.logprobs is not None \
+        else None
+    return UserReply(a.uid, a.incremental_output + b.incremental_output, b.finished, b.finish_reason,
+                     b.prompt_tokens or a.prompt_tokens, b.completion_tokens, a.warning or b.warning, b.error,
+                     b.status, logprobs=logprobs, output_ids=ids)
 
 
 class BodyLimit:
@@ -202,6 +237,7 @@ def create_app(cfg: ServerConfig, frontend: Frontend) -> FastAPI:
     app.add_api_route("/v1/completions", completions, methods=["POST"], dependencies=guarded)
     app.add_api_route("/tokenize", tokenize, methods=["POST"], dependencies=guarded)
     app.add_api_route("/detokenize", detokenize, methods=["POST"], dependencies=guarded)
+    app.add_api_route("/metrics", metrics, methods=["GET"])
     return app
 
 
@@ -301,8 +337,20 @@ async def debug_stats(request: Request):
     return asdict(reply)
 
 
+async def metrics(request: Request):
+    """Prometheus text format (server/metrics.py): latency histograms, token counters, scheduler gauges."""
+    try:
+        body = request.app.state.frontend.metrics.render()
+    except ImportError:
+        raise APIError(503, "/metrics needs the prometheus_client package", "metrics_unavailable") from None
+    return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
 async def chat(body: ChatRequest, request: Request):
     check_model(request, body.model)
+    if request.app.state.cfg.skip_tokenizer_init:
+        raise APIError(400, "chat needs a tokenizer, and this server runs with --skip-tokenizer-init: send "
+                       "token ids to /v1/completions", "unsupported_parameter", "messages")
     messages = chat_prompt(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise APIError(400, "top_logprobs needs logprobs=true", "invalid_value", "top_logprobs")
@@ -314,6 +362,10 @@ async def chat(body: ChatRequest, request: Request):
 async def completions(body: CompletionRequest, request: Request):
     check_model(request, body.model)
     prompt = completion_prompt(body)
+    if request.app.state.cfg.skip_tokenizer_init and (isinstance(prompt, str) or body.stop):
+        raise APIError(400, "this server runs with --skip-tokenizer-init: the prompt must be token ids and "
+                       "stop strings cannot be matched", "unsupported_parameter",
+                       "prompt" if isinstance(prompt, str) else "stop")
     sp = sampling_params(body, body.max_tokens, body.logprobs)
     text, ids = (prompt, None) if isinstance(prompt, str) else (None, prompt)
     return await respond(request, body, lambda uid, sp: TokenizeMsg(uid, text, None, sp, ids), sp, chat=False)
@@ -362,17 +414,21 @@ PARAM_OF = {"json_schema": "response_format"}  # SamplingParams' name -> the req
 async def submit(frontend: Frontend, msg: TokenizeMsg, request: Request) -> tuple[asyncio.Queue, UserReply]:
     """Send a request under its uid and wait for its first reply (a refusal gets its status code)."""
     q = frontend.open(msg.uid)
+    frontend.metrics.opened(msg.uid)  # TTFT and end-to-end latency count from here
     try:
         frontend.send(msg)
     except (OverflowError, ValueError) as e:  # msgpack: ints beyond 64 bits, strings with lone surrogates
         frontend.close(msg.uid, abort=False)
+        frontend.metrics.forget(msg.uid)
         raise APIError(400, f"the request cannot be encoded: {e}", "invalid_value") from None
-    first = await next_reply(q, request)  # the client waits for the first token anyway
+    first = await next_reply(q, request, not frontend.cfg.naive_stream)  # the client waits for the first token
     if first is None:
         frontend.close(msg.uid, abort=True)
+        frontend.metrics.forget(msg.uid)
         raise APIError(499, "the client went away")
     if first.error is not None:
         frontend.close(msg.uid, abort=False)
+        frontend.metrics.forget(msg.uid)
         field = first.error.split()[0]  # SamplingParams.validate's messages start with the field's name
         param = None if field not in SamplingParams.__dataclass_fields__ else PARAM_OF.get(field, field)
         raise APIError(first.status, first.error, "context_length_exceeded" if first.status == 413 else
@@ -426,16 +482,21 @@ async def respond(request: Request, body: CommonParams, make_msg, sp: SamplingPa
     dead = next((last for _, _, last in choices if last.error is not None), None)
     if dead is not None:
         return error_json(dead.status, dead.error, "worker_died")
-    return JSONResponse(response_body(meta, chat, choices, first.warning, sp.logprobs is not None), headers=headers)
+    out = response_body(meta, chat, [c[:3] for c in choices], first.warning, sp.logprobs is not None)
+    if cfg.skip_tokenizer_init:  # no tokenizer: the output is token ids, the text stays empty
+        for choice, c in zip(out["choices"], choices):
+            choice["token_ids"] = c[3]
+    return JSONResponse(out, headers=headers)
 
 
-async def collect(replies) -> tuple[str, list[dict], UserReply]:
-    """A choice's whole text, its logprob entries and its last reply."""
-    text, logprobs, last = [], [], None
+async def collect(replies) -> tuple[str, list[dict], UserReply, list[int]]:
+    """A choice's whole text, its logprob entries, its last reply and (--skip-tokenizer-init) its token ids."""
+    text, logprobs, last, ids = [], [], None, []
     async for piece, last in replies:
         text.append(piece)
         logprobs.extend(last.logprobs or [])
-    return "".join(text), logprobs, last
+        ids += last.output_ids or []
+    return "".join(text), logprobs, last, ids
 
 
 async def merge(streams: list) -> AsyncIterator[tuple[int, str, UserReply]]:
@@ -477,7 +538,7 @@ async def stream_replies(frontend: Frontend, uid: int, q: asyncio.Queue, first: 
             yield text, reply
             if reply.finished:
                 return
-            reply = await next_reply(q, request)
+            reply = await next_reply(q, request, not frontend.cfg.naive_stream)
             if reply is None:
                 return
     finally:
@@ -497,8 +558,11 @@ async def sse(replies, meta: dict, chat: bool, include_usage: bool, n: int) -> A
         if reply.error is not None:  # a worker died mid-stream: say so, then end without [DONE]
             yield event({"error": {"message": reply.error, "type": "service_unavailable"}})
             return
-        if text or reply.logprobs:
-            yield event(chunk_body(meta, chat, i, text, None, reply.logprobs, offset=offset[i]))
+        if text or reply.logprobs or reply.output_ids:
+            body = chunk_body(meta, chat, i, text, None, reply.logprobs, offset=offset[i])
+            if reply.output_ids is not None:  # --skip-tokenizer-init: the chunk's token ids
+                body["choices"][0]["token_ids"] = reply.output_ids
+            yield event(body)
             offset[i] += sum(len(e["token"]) for e in reply.logprobs or [])
         if reply.finished:
             yield event(chunk_body(meta, chat, i, None if chat else "", reply.finish_reason, None))

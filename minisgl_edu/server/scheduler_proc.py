@@ -27,6 +27,7 @@ from ..messages import (AbortMsg, BatchRecord, BatchTokenizerMsg, DetokenizeMsg,
                         ReportMsg, StatsMsg, StatsReply, UserMsg, decode, unbatch)
 from ..scheduler import Scheduler, build_scheduler
 from .common import exit_child, send_ack, setup_child, trace
+from .metrics import SchedulerCounters
 from .queues import Addresses, publisher, pull, push, subscriber
 
 log = logging.getLogger("minisgl_edu")
@@ -135,6 +136,7 @@ class Rank:
     prompt_len: dict[int, int] = field(default_factory=dict)  # uid -> prompt tokens, for the usage counts
     clamped: set[int] = field(default_factory=set)  # uids whose first reply carries the "max_tokens reduced" warning
     recorder: BatchRecorder | None = None  # chapter 8: set by a RecordMsg
+    counters: SchedulerCounters = field(default_factory=SchedulerCounters)  # /metrics: sent as SchedulerStats
     running: bool = True
 
 
@@ -180,6 +182,8 @@ def scheduler_loop(st: Rank) -> None:
                 replies += handle(st, msg)
         if st.running and not sched.idle:
             replies += step(st)
+        if st.io.rank == 0 and st.counters.due(time.monotonic(), not sched.idle, (busy or bool(msgs)) and sched.idle):
+            replies.append(st.counters.message(sched))
         if st.io.rank == 0:
             trace(st.cfg, st.name, "send DetokenizeMsg", [r.uid for r in replies if isinstance(r, DetokenizeMsg)])
         st.io.send(replies)
@@ -198,6 +202,7 @@ def handle(st: Rank, msg) -> list:
             status = 413 if len(ids) >= sched.engine.max_seq_len else 400  # 413: the prompt does not fit the context
             return [DetokenizeMsg(msg.uid, -1, True, "error", len(ids), error=str(e), status=status)]
         st.prompt_len[msg.uid] = req.prompt_len
+        st.counters.queried += req.prompt_len
         if req.clamped:
             st.clamped.add(msg.uid)
         return []
@@ -221,8 +226,10 @@ def handle(st: Rank, msg) -> list:
 
 def step(st: Rank) -> list:
     """One scheduler step; its tokens as DetokenizeMsgs."""
-    replies = []
-    for out in st.sched.step():
+    replies, t0 = [], time.perf_counter()
+    outs = st.sched.step()
+    st.counters.observe_step(st.sched, time.perf_counter() - t0)
+    for out in outs:
         n = st.prompt_len.pop(out.uid, 0) if out.finished else st.prompt_len.get(out.uid, 0)
         replies.append(DetokenizeMsg(out.uid, out.token_id, out.finished, out.finish_reason, n,
                                      clamped=out.uid in st.clamped, logprobs=out.logprobs))

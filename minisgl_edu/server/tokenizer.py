@@ -8,14 +8,20 @@ The detokenizer turns one token at a time into text. A character may span severa
 (byte-level BPE splits '日' into three), and a token may end in the middle of one: decoding such a
 tail gives U+FFFD. So it decodes a short window — from `prefix_offset` (a little context before the
 unsent part) to the end — and emits only what is new once the window no longer ends in U+FFFD.
+
+`detokenize_next` does that for one request and one token: two `tok.decode` calls, each mostly
+Python overhead around a few microseconds of Rust. `detokenize_batch` applies the same rule to every
+request of a scheduler step with one `decode_batch` call into the Rust tokenizer (`--naive-stream`
+switches back to the per-token twin). With `--skip-tokenizer-init` no tokenizer is loaded: the
+detokenizer forwards the token ids themselves (`UserReply.output_ids`).
 """
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
 
-from ..messages import (BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ExitMsg, StatsReply, TokenizeMsg, UserMsg,
-                        UserReply, decode, unbatch)
+from ..messages import (BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ExitMsg, SchedulerStats, StatsReply,
+                        TokenizeMsg, UserMsg, UserReply, decode, unbatch)
 from .common import ServerConfig, exit_child, send_ack, setup_child, trace
 from .queues import Addresses, Queue, pull, push
 
@@ -32,8 +38,10 @@ def tokenize_worker(tokenizer_id: int, cfg: ServerConfig, addrs: Addresses, pare
     try:
         import torch
         torch.set_num_threads(1)  # the engine needs the cores; tokenizing is light
-        from transformers import AutoTokenizer
-        tok = AutoTokenizer.from_pretrained(cfg.model_path)
+        tok = None
+        if not cfg.skip_tokenizer_init:
+            from transformers import AutoTokenizer
+            tok = AutoTokenizer.from_pretrained(cfg.model_path)
         to_frontend = push(addrs.frontend)
         if tokenizer_id == addrs.num_tokenizers:
             inbox = pull(addrs.detokenizer)
@@ -60,6 +68,8 @@ def prompt_ids(tok, msg: TokenizeMsg) -> list[int]:
     """A TokenizeMsg's prompt as token ids: token ids as given, chat messages through the chat template."""
     if msg.input_ids is not None:
         return list(msg.input_ids)
+    if tok is None:
+        raise ValueError("the server runs with --skip-tokenizer-init: send token ids")
     if msg.messages is not None:
         if not tok.chat_template:
             raise ValueError("this model has no chat template: use /v1/completions")
@@ -126,7 +136,83 @@ def logprob_entries(tok, msg: DetokenizeMsg) -> list[dict]:
     return [{**token_entry(tok, msg.next_token, chosen), "top_logprobs": tops}]
 
 
+def emit(state: DecodeState, sent: str, window: str, final: bool) -> str:
+    """detokenize_next's rule, given the two decoded texts: the new text, once it is complete."""
+    if len(window) > len(sent) and (final or not window.endswith("\ufffd")):  # hold back a half character
+        state.prefix_offset, state.read_offset = state.read_offset, len(state.ids)
+        return window[len(sent):]
+    return ""
+
+
+def batch_decoder(tok):
+    """The Rust tokenizer's decode_batch when it decodes exactly as `tok.decode` does; else None."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None or getattr(tok, "clean_up_tokenization_spaces", False):
+        return None
+    return lambda seqs: backend.decode_batch(seqs, skip_special_tokens=True)
+
+
+def detokenize_batch(tok, states: list[DecodeState], tokens: list[int], finals: list[bool], decoder=None) -> list[str]:
+    """detokenize_next for many requests (each state at most once): all 2n windows in one decode_batch call."""
+    decoder = decoder or batch_decoder(tok)
+    if decoder is None:  # a slow tokenizer, or one that cleans up spaces: the per-request twin
+        return [detokenize_next(tok, s, t, f) for s, t, f in zip(states, tokens, finals)]
+    for s, t in zip(states, tokens):
+        if t >= 0:
+            s.ids.append(t)
+    texts = decoder([s.ids[s.prefix_offset:s.read_offset] for s in states] + [s.ids[s.prefix_offset:] for s in states])
+    n = len(states)
+    return [emit(s, sent, window, f) for s, sent, window, f in zip(states, texts[:n], texts[n:], finals)]
+
+
 CLAMPED_WARNING = "max_tokens was reduced to what the model's context leaves after this prompt"
+
+
+def rounds(msgs: list[DetokenizeMsg]) -> list[list[DetokenizeMsg]]:
+    """Split into consecutive groups in which each uid appears once (a batch decode reads each state once)."""
+    out, seen = [[]], set()
+    for m in msgs:
+        if m.uid in seen:
+            out.append([])
+            seen.clear()
+        out[-1].append(m)
+        seen.add(m.uid)
+    return [g for g in out if g]
+
+
+def detokenize_step(tok, states: dict[int, DecodeState], msgs: list[DetokenizeMsg], naive: bool) -> list[UserReply]:
+    """UserReplies for one batch of DetokenizeMsgs (in order; a uid may come twice: two steps); errors pass through."""
+    todo = [m for m in msgs if m.error is None]
+    done: dict[int, tuple[str, int]] = {}  # id(msg) -> (its text, the request's token count after it)
+    if tok is None:  # --skip-tokenizer-init: the ids are the output, the text stays empty
+        for m in todo:
+            st = states.setdefault(m.uid, DecodeState())
+            if m.next_token >= 0:
+                st.ids.append(m.next_token)
+            done[id(m)] = ("", len(st.ids))
+    elif naive:
+        for m in todo:
+            st = states.setdefault(m.uid, DecodeState())
+            done[id(m)] = (detokenize_next(tok, st, m.next_token, m.finished), len(st.ids))
+    else:
+        decoder = batch_decoder(tok)
+        for group in rounds(todo):
+            sts = [states.setdefault(m.uid, DecodeState()) for m in group]
+            outs = detokenize_batch(tok, sts, [m.next_token for m in group], [m.finished for m in group], decoder)
+            done.update((id(m), (t, len(st.ids))) for m, t, st in zip(group, outs, sts))
+    replies = []
+    for m in msgs:
+        if m.error is not None:
+            replies.append(UserReply(m.uid, "", True, "error", error=m.error, status=m.status))
+            continue
+        text, n = done[id(m)]
+        ids = ([m.next_token] if m.next_token >= 0 else []) if tok is None else None
+        lp = logprob_entries(tok, m) if m.logprobs is not None and tok is not None else None
+        replies.append(UserReply(m.uid, text, m.finished, m.finish_reason, m.prompt_tokens, n,
+                                 CLAMPED_WARNING if m.clamped else None, logprobs=lp, output_ids=ids))
+        if m.finished:
+            states.pop(m.uid, None)
+    return replies
 
 
 def detokenize_loop(tok, inbox: Queue, to_frontend: Queue, cfg: ServerConfig) -> None:
@@ -136,21 +222,9 @@ def detokenize_loop(tok, inbox: Queue, to_frontend: Queue, cfg: ServerConfig) ->
         msgs = receive_all(inbox)
         trace(cfg, "detokenizer", "recv DetokenizeMsg", [m.uid for m in msgs if isinstance(m, DetokenizeMsg)])
         for msg in msgs:
-            if isinstance(msg, StatsReply):
+            if isinstance(msg, (StatsReply, SchedulerStats)):
                 replies.append(msg)
-                continue
-            if not isinstance(msg, DetokenizeMsg):
-                continue
-            if msg.error is not None:
-                replies.append(UserReply(msg.uid, "", True, "error", error=msg.error, status=msg.status))
-                continue
-            st = states.setdefault(msg.uid, DecodeState())
-            text = detokenize_next(tok, st, msg.next_token, final=msg.finished)
-            replies.append(UserReply(msg.uid, text, msg.finished, msg.finish_reason, msg.prompt_tokens, len(st.ids),
-                                     CLAMPED_WARNING if msg.clamped else None,
-                                     logprobs=logprob_entries(tok, msg) if msg.logprobs is not None else None))
-            if msg.finished:
-                states.pop(msg.uid, None)
+        replies += detokenize_step(tok, states, [m for m in msgs if isinstance(m, DetokenizeMsg)], cfg.naive_stream)
         if replies:
             trace(cfg, "detokenizer", "send UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
             to_frontend.put(BatchFrontendMsg(replies))

@@ -68,6 +68,15 @@ async def references(url: str) -> dict[int, str]:
     return out
 
 
+def metrics(server) -> dict:
+    """/metrics through prometheus_client's parser: {name or name{label=value}: value}."""
+    from prometheus_client.parser import text_string_to_metric_families
+    r = httpx.get(server.url + "/metrics", timeout=30)
+    assert r.status_code == 200
+    return {s.name + "".join(f"{{{k}={v}}}" for k, v in s.labels.items()): s.value
+            for fam in text_string_to_metric_families(r.text) for s in fam.samples}
+
+
 def rss_split(server) -> tuple[int, int]:
     """(RSS of the scheduler ranks, RSS of every other process of the server), in bytes."""
     ranks = {p.pid for name, p in server.workers().items() if name.startswith("scheduler")}
@@ -88,6 +97,7 @@ def test_64_streams_with_disconnects_complete_correctly_and_free_everything(requ
     first = server.wait_idle()
     rss, split = [], []
     for rnd in range(rounds):
+        m0 = metrics(server)
         results = asyncio.run(one_round(server.url, leavers))
         for res in results:
             if res["left"]:
@@ -98,6 +108,12 @@ def test_64_streams_with_disconnects_complete_correctly_and_free_everything(requ
         stats = server.wait_idle(timeout=30)
         assert stats["integrity"] == "ok", stats
         assert stats["free_pages"] + stats["cached_pages"] == stats["num_pages"], stats
+        m1 = metrics(server)  # /metrics saw the same round: every leaver aborted, every other stream finished
+        done = lambda m, r: m.get(f"minisgl:request_success_total{{finished_reason={r}}}", 0)  # noqa: E731
+        assert done(m1, "abort") - done(m0, "abort") == LEAVERS
+        assert sum(done(m1, r) - done(m0, r) for r in ("stop", "length")) == CLIENTS - LEAVERS
+        assert m1["minisgl:num_requests_running"] == 0 == m1["minisgl:num_requests_waiting"]
+        assert m1["minisgl:kv_cache_usage_perc"] == 0, m1
         assert server.healthy()
         rss.append(server.rss())
         split.append(rss_split(server))

@@ -1,0 +1,659 @@
+"""Chapter 9 — the serving benchmark: how fast does a server answer many clients at once?
+
+    python -m minisgl_edu.bench serve --base-url http://127.0.0.1:1919 --num-prompts 16 --output-len 32 64
+    python -m minisgl_edu.bench offline --num-prompts 16 --output-len 32 64        # LLM.generate, same workload
+    python -m minisgl_edu.bench compare --num-prompts 16 --output-len 32 64 --repeats 3   # both, side by side
+
+`serve` is a load generator for any OpenAI-compatible server (`/v1/completions`, streamed). It reports
+what `vllm bench serve` and `sglang.bench_serving` report: request and output throughput, and the
+latencies a user feels —
+
+* **TTFT** (time to first token): request sent -> first chunk with output;
+* **ITL** (inter-token latency): the gaps between chunks (a chunk carrying k token ids counts as k
+  gaps of a k-th of its gap each, as SGLang's benchmark does);
+* **TPOT** (time per output token): (E2E - TTFT) / (output tokens - 1), one value per request;
+* **E2E**: request sent -> stream ended.
+
+A request fails (it is counted, never skipped) when the server answers a status other than 200, sends
+an error chunk, or the stream ends without `data: [DONE]`.
+
+Datasets (all generated here, nothing is downloaded): `random` — the anchors' workload (prompts of
+uniform [100, 1024] random token ids, outputs uniform [100, 1024], one seeded RNG; the ranges are
+flags); `shared-prefix` — a few long system prompts shared by many short questions (radix hits);
+`sharegpt` — a long-tailed (log-normal) length mix in the ranges given, shaped like chat logs.
+Arrivals: all at once (`--request-rate inf`), Poisson at `--request-rate`, at most `--max-concurrency`
+in flight.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+WORDS = ("the of and to in is that for it as with was on be by at this from or are an have not they which one "
+         "you were all we she there can their has been more will if would when what so about up out into some "
+         "time them only other new these two may first then do any like my now over such our man me even most "
+         "made after also did many off before must well back through years much where your way down should").split()
+
+
+@dataclass
+class BenchRequest:
+    prompt: list[int] | str  # token ids (`--prompt-mode ids`) or text
+    prompt_len: int  # tokens (for text: the token ids it was made from)
+    output_len: int  # max_tokens; ignore_eos makes it the exact output length
+
+
+@dataclass
+class RequestResult:
+    ok: bool
+    error: str | None = None
+    prompt_len: int = 0
+    output_tokens: int = 0
+    ttft: float = 0.0  # seconds
+    e2e: float = 0.0
+    itl: list[float] = field(default_factory=list)
+    start: float = 0.0  # seconds from the benchmark's start
+
+
+# ---- datasets ------------------------------------------------------------------------------------
+def random_requests(n: int, seed: int = 0, input_len=(100, 1024), output_len=(100, 1024),
+                    vocab: int = 10000) -> list[BenchRequest]:
+    """The anchors' workload (bench.anchors_workload when the ranges are the defaults): prompts of
+    randint(*input_len) ids from randint(0, vocab), then the n output lengths, from one seeded RNG."""
+    rng = random.Random(seed)
+    prompts = [[rng.randint(0, vocab) for _ in range(rng.randint(*input_len))] for _ in range(n)]
+    outputs = [rng.randint(*output_len) for _ in range(n)]
+    return [BenchRequest(p, len(p), o) for p, o in zip(prompts, outputs)]
+
+
+def shared_prefix_requests(n: int, seed: int = 0, groups: int = 4, system_len: int = 512,
+                           question_len=(16, 64), output_len=(100, 1024), vocab: int = 10000) -> list[BenchRequest]:
+    """`groups` system prompts of system_len ids, each shared by n / groups questions: a prefix cache
+    serves every request of a group after its first one from the cached system prompt."""
+    rng = random.Random(seed)
+    systems = [[rng.randint(0, vocab) for _ in range(system_len)] for _ in range(groups)]
+    out = []
+    for i in range(n):
+        p = systems[i % groups] + [rng.randint(0, vocab) for _ in range(rng.randint(*question_len))]
+        out.append(BenchRequest(p, len(p), rng.randint(*output_len)))
+    return out
+
+
+def sharegpt_like_requests(n: int, seed: int = 0, input_len=(4, 2048), output_len=(4, 1024),
+                           vocab: int = 10000) -> list[BenchRequest]:
+    """Chat-log-shaped lengths, generated here: log-normal with its median at the geometric middle of
+    each range and the range at +-2 sigma, clipped (many short turns, a long tail of long ones)."""
+    rng = random.Random(seed)
+
+    def draw(lo: int, hi: int) -> int:
+        mu, sigma = math.log(math.sqrt(lo * hi)), math.log(hi / lo) / 4 if hi > lo else 0.0
+        return min(hi, max(lo, round(rng.lognormvariate(mu, sigma))))
+    out = []
+    for _ in range(n):
+        p = [rng.randint(0, vocab) for _ in range(draw(*input_len))]
+        out.append(BenchRequest(p, len(p), draw(*output_len)))
+    return out
+
+
+def as_text(reqs: list[BenchRequest], tokenizer_path: str | None = None, seed: int = 0) -> list[BenchRequest]:
+    """--prompt-mode text: the same prompts as strings. With a tokenizer the ids are decoded; without,
+    each id becomes a common English word (about one token each for BPE tokenizers)."""
+    if tokenizer_path:
+        from transformers import AutoTokenizer
+        tok = AutoTokenizer.from_pretrained(tokenizer_path)
+        return [BenchRequest(tok.decode([t % tok.vocab_size for t in r.prompt]), r.prompt_len, r.output_len)
+                for r in reqs]
+    rng = random.Random(seed)
+    return [BenchRequest(" ".join(rng.choice(WORDS) for _ in r.prompt), r.prompt_len, r.output_len) for r in reqs]
+
+
+def make_requests(args) -> list[BenchRequest]:
+    lo_in, hi_in = args.input_len or ((4, 2048) if args.dataset == "sharegpt" else (100, 1024))
+    lo_out, hi_out = args.output_len or ((4, 1024) if args.dataset == "sharegpt" else (100, 1024))
+    if args.dataset == "random":
+        reqs = random_requests(args.num_prompts, args.seed, (lo_in, hi_in), (lo_out, hi_out), args.vocab)
+    elif args.dataset == "shared-prefix":
+        reqs = shared_prefix_requests(args.num_prompts, args.seed, args.groups, args.system_len, (lo_in, hi_in),
+                                      (lo_out, hi_out), args.vocab)
+    else:
+        reqs = sharegpt_like_requests(args.num_prompts, args.seed, (lo_in, hi_in), (lo_out, hi_out), args.vocab)
+    return as_text(reqs, args.tokenizer, args.seed) if args.prompt_mode == "text" else reqs
+
+
+# ---- one streamed request ------------------------------------------------------------------------
+def parse_sse_line(line: str):
+    """One SSE line -> None (not data), "[DONE]", or the decoded JSON object."""
+    if not line.startswith("data:"):
+        return None
+    data = line[5:].strip()
+    return data if data == "[DONE]" else json.loads(data)
+
+
+async def send_one(client, model: str, req: BenchRequest, t0: float) -> RequestResult:
+    """Stream one completion; time its chunks. Never raises: a failure is a RequestResult(ok=False)."""
+    body = {"model": model, "prompt": req.prompt, "max_tokens": req.output_len, "temperature": 0.0,
+            "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+    res = RequestResult(False, prompt_len=req.prompt_len)
+    start = time.perf_counter()
+    res.start = start - t0
+    last, chunks, done = start, 0, False
+    try:
+        async with client.stream("POST", "/v1/completions", json=body) as r:
+            if r.status_code != 200:
+                res.error = f"HTTP {r.status_code}: {(await r.aread())[:200].decode(errors='replace')}"
+                return res
+            buf = b""
+            async for data in r.aiter_raw():  # raw reads, split here: cheaper than aiter_lines per event
+                now = time.perf_counter()  # what one read brings arrived together
+                buf += data
+                *lines, buf = buf.split(b"\n")
+                for line in lines:
+                    obj = parse_sse_line(line.decode())
+                    if obj is None:
+                        continue
+                    if obj == "[DONE]":
+                        done = True
+                        break
+                    if "error" in obj:
+                        res.error = f"error chunk: {obj['error']}"
+                        return res
+                    if obj.get("usage"):
+                        res.output_tokens = obj["usage"]["completion_tokens"]
+                        res.prompt_len = obj["usage"]["prompt_tokens"] or res.prompt_len
+                    choice = (obj.get("choices") or [{}])[0]
+                    k = len(choice.get("token_ids") or ()) or (1 if choice.get("text") else 0)
+                    if k == 0:
+                        continue
+                    if chunks == 0:
+                        res.ttft = now - start
+                    else:
+                        res.itl.extend([(now - last) / k] * k)
+                    last, chunks = now, chunks + k
+                if done:
+                    break
+    except Exception as e:  # a dropped connection, a malformed chunk, a timeout
+        res.error = f"{type(e).__name__}: {e}"
+        return res
+    res.e2e = time.perf_counter() - start
+    if not done:
+        res.error = "the stream ended without [DONE]"
+        return res
+    res.output_tokens = res.output_tokens or chunks
+    res.ok = True
+    return res
+
+
+# ---- the load ------------------------------------------------------------------------------------
+async def run_load(base_url: str, reqs: list[BenchRequest], request_rate: float = math.inf,
+                   max_concurrency: int | None = None, model: str | None = None, seed: int = 0,
+                   progress: bool = True, api_key: str | None = None, timeout: float = 3600.0,
+                   scrape_interval: float | None = None) -> tuple[list[RequestResult], float]:
+    """Send every request (Poisson arrivals at request_rate, inf = all at once); return results and seconds."""
+    import httpx
+    from tqdm.auto import tqdm
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(timeout, connect=30.0), limits=limits,
+                                 headers=headers) as client:
+        if model is None:
+            r = await client.get("/v1/models")
+            r.raise_for_status()
+            model = r.json()["data"][0]["id"]
+        gate = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        bar = tqdm(total=len(reqs), desc="requests", unit="req", disable=not progress)
+        rng = random.Random(seed)
+        t0 = time.perf_counter()
+
+        async def one(req: BenchRequest) -> RequestResult:
+            if gate is None:
+                res = await send_one(client, model, req, t0)
+            else:
+                async with gate:
+                    res = await send_one(client, model, req, t0)
+            bar.update(1)
+            return res
+        scraper = asyncio.create_task(scrape(client, scrape_interval)) if scrape_interval else None
+        tasks = []
+        for i, req in enumerate(reqs):
+            tasks.append(asyncio.create_task(one(req)))
+            if math.isfinite(request_rate) and i + 1 < len(reqs):
+                await asyncio.sleep(rng.expovariate(request_rate))  # Poisson: exponential gaps
+        results = await asyncio.gather(*tasks)
+        duration = time.perf_counter() - t0
+        if scraper is not None:
+            scraper.cancel()
+        bar.close()
+    return list(results), duration
+
+
+async def scrape(client, interval: float) -> None:
+    """GET /metrics every `interval` seconds (what a Prometheus server does, only more often)."""
+    while True:
+        await asyncio.sleep(interval)
+        (await client.get("/metrics")).raise_for_status()
+
+
+def stats_ms(xs: list[float]) -> dict:
+    """mean, median, p90, p99 of seconds, in milliseconds (zeros when empty)."""
+    if not xs:
+        return {"mean": 0.0, "median": 0.0, "p90": 0.0, "p99": 0.0}
+    s = sorted(xs)
+
+    def pct(q: float) -> float:  # linear interpolation, as numpy.percentile
+        i = (len(s) - 1) * q
+        lo = int(i)
+        return s[lo] + (s[min(lo + 1, len(s) - 1)] - s[lo]) * (i - lo)
+    return {"mean": 1e3 * statistics.fmean(s), "median": 1e3 * pct(0.5), "p90": 1e3 * pct(0.9),
+            "p99": 1e3 * pct(0.99)}
+
+
+def summarize(results: list[RequestResult], duration: float) -> dict:
+    ok = [r for r in results if r.ok]
+    out_tokens = sum(r.output_tokens for r in ok)
+    in_tokens = sum(r.prompt_len for r in ok)
+    tpot = [(r.e2e - r.ttft) / (r.output_tokens - 1) for r in ok if r.output_tokens > 1]
+    return {
+        "completed": len(ok), "failed": len(results) - len(ok),
+        "errors": sorted({r.error for r in results if not r.ok})[:10],
+        "duration_s": duration, "total_input_tokens": in_tokens, "total_output_tokens": out_tokens,
+        "request_throughput": len(ok) / duration, "output_throughput": out_tokens / duration,
+        "total_token_throughput": (in_tokens + out_tokens) / duration,
+        "ttft_ms": stats_ms([r.ttft for r in ok]), "tpot_ms": stats_ms(tpot),
+        "itl_ms": stats_ms([x for r in ok for x in r.itl]), "e2e_ms": stats_ms([r.e2e for r in ok]),
+    }
+
+
+def print_summary(s: dict, title: str) -> None:
+    print(f"==== {title} " + "=" * max(0, 60 - len(title)))
+    print(f"completed {s['completed']}  failed {s['failed']}  in {s['duration_s']:.2f} s")
+    for e in s["errors"]:
+        print(f"  error: {e}")
+    print(f"request throughput {s['request_throughput']:.2f} req/s   output {s['output_throughput']:.1f} tok/s   "
+          f"total {s['total_token_throughput']:.1f} tok/s")
+    for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+        v = s[k]
+        print(f"{k[:-3].upper():>5} ms  mean {v['mean']:9.2f}  median {v['median']:9.2f}  p90 {v['p90']:9.2f}  "
+              f"p99 {v['p99']:9.2f}")
+
+
+def bench_serve(args) -> dict:
+    reqs = make_requests(args)
+    if args.warmup:
+        warm = random_requests(args.warmup, args.seed + 10_000, (16, 32), (4, 8), args.vocab)
+        asyncio.run(run_load(args.base_url, warm, progress=False, api_key=args.api_key, model=args.model))
+    results, duration = asyncio.run(run_load(args.base_url, reqs, args.request_rate, args.max_concurrency,
+                                             args.model, args.seed, not args.no_progress, args.api_key,
+                                             scrape_interval=getattr(args, "scrape_interval", None)))
+    s = summarize(results, duration)
+    s.update(config={k: v for k, v in vars(args).items() if k != "api_key"})
+    s["config"]["request_rate"] = str(args.request_rate)
+    return s
+
+
+# ---- the offline engine on the same workload -----------------------------------------------------
+def bench_offline(args) -> dict:
+    """LLM.generate on the same requests, all at once (what `serve` is compared with)."""
+    import torch
+
+    from . import LLM, SamplingParams
+    reqs = make_requests(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    kw = json.loads(args.llm_kwargs) if args.llm_kwargs else {}
+    llm = LLM(args.model_path, device=args.device, dummy_weights=args.dummy_weights, **kw)
+    if args.warmup:
+        warm = random_requests(args.warmup, args.seed + 10_000, (16, 32), (4, 8), args.vocab)
+        llm.generate([r.prompt for r in warm], [SamplingParams(0.0, max_tokens=r.output_len, ignore_eos=True)
+                                                for r in warm], use_tqdm=False)
+    params = [SamplingParams(temperature=0.0, max_tokens=r.output_len, ignore_eos=True) for r in reqs]
+    sync = torch.cuda.synchronize if llm.engine is not None and llm.engine.device.type == "cuda" else (lambda: None)
+    sync()
+    t = time.perf_counter()
+    outs = llm.generate([r.prompt for r in reqs], params, use_tqdm=not args.no_progress)
+    sync()
+    duration = time.perf_counter() - t
+    out_tokens = sum(len(o["token_ids"]) for o in outs)
+    in_tokens = sum(o["prompt_tokens"] for o in outs)
+    llm.close()
+    return {"completed": len(outs), "duration_s": duration, "total_input_tokens": in_tokens,
+            "total_output_tokens": out_tokens, "request_throughput": len(outs) / duration,
+            "output_throughput": out_tokens / duration, "total_token_throughput": (in_tokens + out_tokens) / duration,
+            "torch_threads": torch.get_num_threads()}
+
+
+# ---- side by side: the offline engine, then the server, on the same workload ---------------------
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model_path: str, device: str | None, dummy: bool, serve_args: list[str], log_path: str,
+                 timeout: float = 900.0, pythonpath: str | None = None) -> tuple[subprocess.Popen, str]:
+    """`python -m minisgl_edu.serve` on a free 127.0.0.1 port; returns (process, base URL) once /health is 200."""
+    import httpx
+    port = free_port()
+    cmd = [sys.executable, "-m", "minisgl_edu.serve", "--model", model_path, "--port", str(port), *serve_args]
+    cmd += (["--device", device] if device else []) + (["--dummy-weights"] if dummy else [])
+    os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
+    log = open(log_path, "ab")
+    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None  # another checkout: a before/after run
+    # `python -m` puts the working directory first on sys.path: run from that checkout, or it serves this one
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                            cwd=pythonpath)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the server exited with {proc.returncode} while starting (log: {log_path})")
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            stop_server(proc)
+            raise RuntimeError(f"the server was not healthy after {timeout:.0f} s (log: {log_path})")
+        time.sleep(0.5)
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    import signal
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)  # the launcher stops its workers in order
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def offline_subprocess(args, seed: int, threads: int | None = None) -> dict:
+    """`bench offline` in a fresh interpreter (its own threads and device memory), same workload flags."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "offline.json")
+        cmd = [sys.executable, "-m", "minisgl_edu.bench", "offline", *workload_argv(args, seed), "--out", out,
+               "--no-progress", "--model-path", args.model_path]
+        cmd += (["--device", args.device] if args.device else []) + (["--dummy-weights"] if args.dummy_weights else [])
+        cmd += ["--llm-kwargs", args.llm_kwargs] if args.llm_kwargs else []
+        cmd += ["--threads", str(threads or args.threads)] if threads or args.threads else []
+        subprocess.run(cmd, check=True)
+        with open(out) as f:
+            return json.load(f)
+
+
+def step_totals(url: str) -> dict:
+    """{phase: (seconds, steps)} so far, from the server's /metrics step-time histogram ({} without one)."""
+    import httpx
+    sums, counts = {}, {}
+    try:
+        r = httpx.get(url + "/metrics", timeout=10)
+        from prometheus_client.parser import text_string_to_metric_families
+        for fam in text_string_to_metric_families(r.text if r.status_code == 200 else ""):
+            for s in fam.samples if fam.name == "minisgl:step_time_seconds" else ():
+                if s.name.endswith("_sum"):
+                    sums[s.labels["phase"]] = s.value
+                elif s.name.endswith("_count"):
+                    counts[s.labels["phase"]] = s.value
+    except Exception:  # another server, or one without /metrics
+        return {}
+    return {p: (sums[p], counts[p]) for p in sums if p in counts}
+
+
+def bench_serve_timed(a, url: str) -> dict:
+    """bench_serve, plus the server's mean step time by phase during this run (ms, from /metrics)."""
+    before = step_totals(url)
+    s = bench_serve(a)
+    s.pop("config")
+    after = step_totals(url)
+    s["step_ms"] = {p: 1e3 * (t - before.get(p, (0, 0))[0]) / (n - before.get(p, (0, 0))[1])
+                    for p, (t, n) in after.items() if n > before.get(p, (0, 0))[1]}
+    return s
+
+
+def parse_rates(spec: str, peak: float) -> list[float]:
+    """'4,8,inf' or '0.25x,0.5x' (fractions of the all-at-once request throughput) -> request rates."""
+    out = []
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        out.append(float(part[:-1]) * peak if part.endswith("x") else float(part))
+    return out
+
+
+def bench_compare(args) -> dict:
+    """Offline LLM.generate and the server on the same workload, `repeats` times (a fresh seed each time, so
+    no repeat hits the prefix cache; the order rotates), optionally also a second server from another
+    checkout (`--baseline-pythonpath`: before/after) and the server under a 1 Hz /metrics scrape; then an
+    optional request-rate sweep."""
+    import tempfile
+    log_dir = os.path.dirname(os.path.abspath(args.server_log)) if args.server_log else tempfile.mkdtemp(prefix="bench-")
+    serve_args = args.serve_args.split() if args.serve_args else []
+    keep = (args.device or "cpu") == "cpu"  # on a GPU the server's KV pool would take the offline engine's memory
+    servers: dict[str, tuple[subprocess.Popen, str]] = {}
+
+    def server(name: str) -> str:
+        if name not in servers:
+            path = args.baseline_pythonpath if name == "baseline" else None
+            log = args.server_log if name == "serve" and args.server_log else os.path.join(log_dir, f"{name}.log")
+            servers[name] = start_server(args.model_path, args.device, args.dummy_weights, serve_args, log,
+                                         pythonpath=path)
+        return servers[name][1]
+
+    def stop_all() -> None:
+        for proc, _ in servers.values():
+            stop_server(proc)
+        servers.clear()
+    extra_offline = f"offline_{args.also_offline_threads}t" if args.also_offline_threads else None
+    variants = ["offline", "serve"] + (["baseline"] if args.baseline_pythonpath else []) + \
+        (["serve_scraped"] if args.scrape_check else []) + ([extra_offline] if extra_offline else [])
+    runs = []
+    try:
+        for rep in range(args.repeats):
+            seed = args.seed + rep
+            order = variants[rep % len(variants):] + variants[:rep % len(variants)]
+            row = {"seed": seed, "order": order}
+            for which in order:
+                if which.startswith("offline"):
+                    if not keep:
+                        stop_all()
+                    row[which] = offline_subprocess(args, seed, args.also_offline_threads if which != "offline"
+                                                    else None)
+                    continue
+                url = server("baseline" if which == "baseline" else "serve")
+                a = with_url(args, url, seed)
+                a.scrape_interval = 1.0 if which == "serve_scraped" else None
+                row[which] = bench_serve_timed(a, url)
+            off = row["offline"]["output_throughput"]
+            row["ratio"] = {k: row[k]["output_throughput"] / off for k in variants if k != "offline"}
+            if extra_offline:  # the server against an offline engine with the scheduler's thread count
+                row["ratio"][f"serve_vs_{extra_offline}"] = row["serve"]["output_throughput"] / \
+                    row[extra_offline]["output_throughput"]
+            print(f"repeat {rep}: offline {off:.1f} tok/s; " + "; ".join(
+                f"{k} {row[k]['output_throughput']:.1f} tok/s (x{row['ratio'][k]:.3f}, failed {row[k].get('failed', 0)})"
+                for k in row["ratio"] if k in row) + "".join(
+                f"; {k} x{v:.3f}" for k, v in row["ratio"].items() if k not in row), flush=True)
+            runs.append(row)
+            save_partial(args, {"runs": runs, "sweep": []})
+        sweep = run_sweep(args, server("serve"), runs) if args.sweep_rates else []
+    finally:
+        stop_all()
+    return {"runs": runs, "sweep": sweep, "server_logs": log_dir, **ratio_spread(runs),
+            "config": {k: v for k, v in vars(args).items() if k != "api_key"} | {"request_rate": "inf"}}
+
+
+def ratio_spread(runs: list[dict]) -> dict:
+    """{ratio_<variant>: median, min, max over the repeats}."""
+    out = {}
+    for k in runs[0]["ratio"]:
+        ratios = [r["ratio"][k] for r in runs]
+        out[f"ratio_{k}"] = {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios)}
+    return out
+
+
+def run_sweep(args, url: str, runs: list[dict]) -> list[dict]:
+    """The workload at each request rate (a fresh seed per rate): throughput, TTFT and ITL against the rate."""
+    peak = statistics.median(r["serve"]["request_throughput"] for r in runs)
+    sweep = []
+    for i, rate in enumerate(parse_rates(args.sweep_rates, peak)):
+        a = with_url(args, url, args.seed + 1000 + i)
+        a.request_rate, a.num_prompts = rate, args.sweep_num_prompts or args.num_prompts
+        s = bench_serve_timed(a, url)
+        s["request_rate"] = rate
+        print(f"rate {rate:.2f} req/s: {s['output_throughput']:.1f} tok/s, TTFT p50/p99 "
+              f"{s['ttft_ms']['median']:.1f}/{s['ttft_ms']['p99']:.1f} ms, ITL p50/p99 "
+              f"{s['itl_ms']['median']:.1f}/{s['itl_ms']['p99']:.1f} ms, failed {s['failed']}", flush=True)
+        sweep.append(s)
+        save_partial(args, {"runs": runs, "sweep": sweep})
+    return sweep
+
+
+def save_partial(args, out: dict) -> None:
+    """Write what is measured so far to --out (a run cut short by a time limit keeps its finished parts)."""
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump({**out, "partial": True}, f, indent=1, default=str)
+
+
+def with_url(args, url: str, seed: int):
+    import argparse
+    a = argparse.Namespace(**vars(args))
+    a.base_url, a.seed, a.model, a.api_key = url, seed, None, None
+    a.request_rate, a.max_concurrency, a.scrape_interval = math.inf, args.max_concurrency, None
+    return a
+
+
+# ---- the command line ----------------------------------------------------------------------------
+WORKLOAD_FLAGS = ("dataset", "num_prompts", "input_len", "output_len", "vocab", "groups", "system_len",
+                  "prompt_mode", "tokenizer", "warmup")
+
+
+def workload_argv(args, seed: int) -> list[str]:
+    """The workload flags of `args` as a command line (for the offline subprocess), with this seed."""
+    out = ["--seed", str(seed)]
+    for k in WORKLOAD_FLAGS:
+        v = getattr(args, k)
+        if v is None:
+            continue
+        flag = "--" + k.replace("_", "-")
+        out += [flag, *map(str, v)] if isinstance(v, (list, tuple)) else [flag, str(v)]
+    return out
+
+
+def add_workload_flags(p) -> None:
+    p.add_argument("--dataset", choices=["random", "shared-prefix", "sharegpt"], default="random")
+    p.add_argument("--num-prompts", type=int, default=256)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--input-len", type=int, nargs=2, metavar=("MIN", "MAX"), default=None,
+                   help="prompt tokens, uniform in [MIN, MAX] (default 100 1024; shared-prefix: the question)")
+    p.add_argument("--output-len", type=int, nargs=2, metavar=("MIN", "MAX"), default=None,
+                   help="output tokens, uniform in [MIN, MAX] (default 100 1024)")
+    p.add_argument("--vocab", type=int, default=10000, help="prompt ids are drawn from [0, VOCAB]")
+    p.add_argument("--groups", type=int, default=4, help="shared-prefix: how many system prompts")
+    p.add_argument("--system-len", type=int, default=512, help="shared-prefix: tokens per system prompt")
+    p.add_argument("--prompt-mode", choices=["ids", "text"], default="ids")
+    p.add_argument("--tokenizer", default=None, help="text mode: decode the ids with this tokenizer")
+    p.add_argument("--warmup", type=int, default=4, help="short requests sent first, not measured")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+
+
+def parse_args(argv=None):
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m minisgl_edu.bench", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="load-test an OpenAI-compatible server")
+    s.add_argument("--base-url", default="http://127.0.0.1:1919")
+    s.add_argument("--model", default=None, help="the model name to send (default: the first of /v1/models)")
+    s.add_argument("--api-key", default=os.environ.get("MINISGL_API_KEY"))
+    s.add_argument("--scrape-interval", type=float, default=None, help="GET /metrics this often during the load")
+    o = sub.add_parser("offline", help="LLM.generate on the same workload")
+    c = sub.add_parser("compare", help="offline and serve side by side, then an optional rate sweep")
+    for p in (s, c):
+        p.add_argument("--request-rate", type=float, default=math.inf, help="Poisson arrivals per second (inf: all "
+                                                                            "at once)")
+        p.add_argument("--max-concurrency", type=int, default=None)
+    for p in (o, c):
+        p.add_argument("--model-path", default=None, help="model folder (default: the default model)")
+        p.add_argument("--device", default=None)
+        p.add_argument("--dummy-weights", action="store_true")
+        p.add_argument("--llm-kwargs", default=None, help='offline LLM(...) keywords as JSON, e.g. {"page_size": 16}')
+        p.add_argument("--threads", type=int, default=None, help="offline: torch threads (default: torch's)")
+    c.add_argument("--serve-args", default=None, help="extra `serve` flags, e.g. '--skip-tokenizer-init'")
+    c.add_argument("--repeats", type=int, default=1)
+    c.add_argument("--sweep-rates", default=None, help="e.g. '0.25x,0.5x,1x' (of the peak) or '4,8,16'")
+    c.add_argument("--sweep-num-prompts", type=int, default=None)
+    c.add_argument("--server-log", default=None)
+    c.add_argument("--baseline-pythonpath", default=None,
+                   help="also serve from this checkout (PYTHONPATH) and bench it in the same rotation: before/after")
+    c.add_argument("--also-offline-threads", type=int, default=None,
+                   help="also run offline with this many torch threads (e.g. the server scheduler's: cores - 1)")
+    c.add_argument("--scrape-check", action="store_true", help="also bench the server while /metrics is scraped at "
+                                                               "1 Hz (its cost)")
+    for p in (s, o, c):
+        add_workload_flags(p)
+    args = ap.parse_args(argv)
+    if args.cmd != "serve" and args.model_path is None:
+        from .default_model import default_model_path
+        args.model_path = default_model_path()
+    return args
+
+
+def main(argv=None) -> int:
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` sends SIGTERM: unwind, stop our servers
+    args = parse_args(argv)
+    if args.cmd == "serve":
+        out = bench_serve(args)
+        print_summary(out, f"serve {args.base_url}")
+    elif args.cmd == "offline":
+        out = bench_offline(args)
+        print(f"offline: {out['completed']} requests, {out['output_throughput']:.1f} output tok/s")
+    else:
+        out = bench_compare(args)
+        for k, v in out.items():
+            if k.startswith("ratio_"):
+                print(f"{k[6:]} / offline output throughput: median {v['median']:.3f} (min {v['min']:.3f}, "
+                      f"max {v['max']:.3f})")
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            json.dump(out, f, indent=1, default=str)
+    return 1 if out.get("failed") else 0
+
+
+# ---- the load curve (notebook 09) ----------------------------------------------------------------
+def plot_load_curve(results: dict | str, axes=None):
+    """Throughput, TTFT and ITL (p50 and p99) against the request rate, one line per model, from
+    scripts/gpu_serve.sh's gpu_serve.json (or one `bench compare` JSON); returns the matplotlib axes."""
+    import matplotlib.pyplot as plt
+    if isinstance(results, str):
+        with open(results) as f:
+            results = json.load(f)
+    models = results.get("models") or {"": results}
+    if axes is None:
+        _, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for name, res in models.items():
+        sweep = sorted(res["sweep"], key=lambda s: s["request_rate"])
+        rates = [s["request_rate"] for s in sweep]
+        offline = res["runs"][0]["offline"]["output_throughput"]
+        line, = axes[0].plot(rates, [s["output_throughput"] for s in sweep], "o-", label=f"{name} serve")
+        axes[0].axhline(offline, ls=":", color=line.get_color(), label=f"{name} offline")
+        for ax, key in ((axes[1], "ttft_ms"), (axes[2], "itl_ms")):
+            ax.plot(rates, [s[key]["median"] for s in sweep], "o-", color=line.get_color(), label=f"{name} p50")
+            ax.plot(rates, [s[key]["p99"] for s in sweep], "s--", color=line.get_color(), label=f"{name} p99")
+    for ax, title in zip(axes, ("output tokens/s", "TTFT (ms)", "ITL (ms)")):
+        ax.set_xlabel("request rate (req/s)")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+    axes[1].set_yscale("log")
+    axes[2].set_yscale("log")
+    return axes

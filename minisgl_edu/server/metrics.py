@@ -1,0 +1,191 @@
+"""Chapter 9 — `/metrics`: what is the server doing right now, in the Prometheus text format?
+
+The names follow vLLM's and SGLang's (`minisgl:` where they write `vllm:` / `sglang:`), so the
+dashboards people already have read them:
+
+| metric | kind | measured in |
+| --- | --- | --- |
+| `minisgl:time_to_first_token_seconds`, `minisgl:inter_token_latency_seconds`, `minisgl:e2e_request_latency_seconds` | histogram | the API server, as replies arrive |
+| `minisgl:prompt_tokens_total`, `minisgl:generation_tokens_total`, `minisgl:request_success_total{finished_reason}` | counter | the API server |
+| `minisgl:num_requests_running`, `minisgl:num_requests_waiting`, `minisgl:kv_cache_usage_perc`, `minisgl:kv_pages_*` | gauge | the scheduler (a `SchedulerStats` message) |
+| `minisgl:prefix_cache_queries_total`, `minisgl:prefix_cache_hits_total` (tokens), `minisgl:cache_hit_rate` | counter, gauge | the scheduler |
+| `minisgl:step_time_seconds{phase}` | histogram | the scheduler, one observation per step |
+
+The scheduler is another process, so its numbers travel as a small periodic `SchedulerStats`
+message on the reply path (scheduler -> detokenizer -> API), cumulative, so a lost or late one only
+delays a value. Observing is a `bisect` and two additions (`Histogram` below), cheap enough to do
+per token; the Prometheus objects are built only when `/metrics` is scraped.
+"""
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from dataclasses import dataclass, field
+
+# bucket upper bounds (seconds), close to vLLM's
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                40.0, 80.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
+               0.5, 0.75, 1.0, 2.5, 5.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+               480.0, 960.0)
+STEP_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.2, 0.5,
+                1.0, 2.0, 5.0)
+
+
+@dataclass
+class Histogram:
+    """Cumulative-free bucket counts (the last bucket is +Inf) and a sum: the shape Prometheus exports."""
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    sum: float = 0.0
+
+    def __post_init__(self):
+        self.counts = self.counts or [0] * (len(self.bounds) + 1)
+
+    def observe(self, v: float) -> None:
+        self.counts[bisect_left(self.bounds, v)] += 1  # bisect_left: v == bound falls in that bucket (le)
+        self.sum += v
+
+
+def histogram_family(name: str, doc: str, bounds, counts_by_label: dict[str, tuple[list[int], float]],
+                     label: str | None = None):
+    from prometheus_client.core import HistogramMetricFamily
+    fam = HistogramMetricFamily(name, doc, labels=[label] if label else None)
+    for value, (counts, total) in counts_by_label.items():
+        acc, buckets = 0, []
+        for b, c in zip(list(bounds) + [float("inf")], counts):
+            acc += c
+            buckets.append(("+Inf" if b == float("inf") else repr(float(b)), acc))
+        fam.add_metric([value] if label else [], buckets, total)
+    return fam
+
+
+@dataclass
+class Timing:
+    start: float
+    last: float = 0.0
+    tokens: int = 0  # completion tokens seen so far
+
+
+class ServerMetrics:
+    """The API server's side: fed by Frontend.listen (every UserReply, every SchedulerStats)."""
+
+    def __init__(self, model_name: str):
+        self.model_name = model_name
+        self.ttft, self.itl, self.e2e = Histogram(TTFT_BUCKETS), Histogram(ITL_BUCKETS), Histogram(E2E_BUCKETS)
+        self.prompt_tokens = self.generation_tokens = 0
+        self.finished: dict[str, int] = {}  # finished_reason -> requests
+        self.timing: dict[int, Timing] = {}  # uid -> its clock, from open() to its finished reply
+        self.sched = None  # the latest SchedulerStats
+
+    def opened(self, uid: int) -> None:
+        self.timing[uid] = Timing(time.perf_counter())
+
+    def on_reply(self, r, now: float) -> None:
+        t = self.timing.get(r.uid)
+        if t is None:  # a stats reply, or a request we never timed
+            return
+        if r.error is None and r.completion_tokens > t.tokens:
+            new = r.completion_tokens - t.tokens
+            if t.tokens == 0:
+                self.ttft.observe(now - t.start)
+            else:
+                gap = (now - t.last) / new  # several tokens in one reply share its gap
+                for _ in range(new):
+                    self.itl.observe(gap)
+            self.generation_tokens += new
+            t.tokens, t.last = r.completion_tokens, now
+        if r.finished:
+            del self.timing[r.uid]
+            reason = r.finish_reason or "error"
+            self.finished[reason] = self.finished.get(reason, 0) + 1
+            self.prompt_tokens += r.prompt_tokens
+            if reason != "error":
+                self.e2e.observe(now - t.start)
+
+    def forget(self, uid: int) -> None:
+        self.timing.pop(uid, None)
+
+    def collect(self):
+        """prometheus_client's collector protocol: build the families from the numbers we keep."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        yield histogram_family("minisgl:time_to_first_token_seconds", "Time to first token.", self.ttft.bounds,
+                               {"": (self.ttft.counts, self.ttft.sum)})
+        yield histogram_family("minisgl:inter_token_latency_seconds", "Time between two output tokens.",
+                               self.itl.bounds, {"": (self.itl.counts, self.itl.sum)})
+        yield histogram_family("minisgl:e2e_request_latency_seconds", "Request arrival to its last token.",
+                               self.e2e.bounds, {"": (self.e2e.counts, self.e2e.sum)})
+        yield CounterMetricFamily("minisgl:prompt_tokens", "Prompt tokens of finished requests.",
+                                  value=self.prompt_tokens)
+        yield CounterMetricFamily("minisgl:generation_tokens", "Generated tokens.", value=self.generation_tokens)
+        fam = CounterMetricFamily("minisgl:request_success", "Finished requests by finish reason.",
+                                  labels=["finished_reason"])
+        for reason, n in sorted(self.finished.items()):
+            fam.add_metric([reason], n)
+        yield fam
+        s = self.sched
+        if s is None:
+            return
+        for name, doc, v in (("num_requests_running", "Requests in the decode batch.", s.running),
+                             ("num_requests_waiting", "Requests waiting for admission.", s.waiting),
+                             ("kv_pages_total", "KV pages in the pool.", s.num_pages),
+                             ("kv_pages_free", "KV pages on the free list.", s.free_pages),
+                             ("kv_pages_evictable", "Cached KV pages no request holds.", s.evictable_pages),
+                             ("kv_cache_usage_perc", "Share of KV pages held (not free, not evictable).",
+                              1 - (s.free_pages + s.evictable_pages) / max(1, s.num_pages)),
+                             ("cache_hit_rate", "Prefix-cache hit tokens / queried prompt tokens.",
+                              s.prefix_hit_tokens / max(1, s.prefix_queried_tokens))):
+            yield GaugeMetricFamily(f"minisgl:{name}", doc, value=v)
+        yield CounterMetricFamily("minisgl:prefix_cache_queries", "Prompt tokens looked up in the prefix cache.",
+                                  value=s.prefix_queried_tokens)
+        yield CounterMetricFamily("minisgl:prefix_cache_hits", "Prompt tokens served by the prefix cache.",
+                                  value=s.prefix_hit_tokens)
+        yield histogram_family("minisgl:step_time_seconds", "Scheduler step time (schedule + forward + process).",
+                               s.step_bounds, {p: (s.step_counts[p], s.step_sum[p]) for p in sorted(s.step_counts)},
+                               "phase")
+
+    def render(self) -> bytes:
+        from prometheus_client import generate_latest
+        from prometheus_client.registry import CollectorRegistry
+        reg = CollectorRegistry(auto_describe=False)
+        reg.register(self)
+        return generate_latest(reg)
+
+
+# ---- the scheduler's side ------------------------------------------------------------------------
+STATS_INTERVAL_S = 0.5
+
+
+@dataclass
+class SchedulerCounters:
+    """What scheduler rank 0 accumulates between SchedulerStats messages."""
+    queried: int = 0
+    hits: int = 0
+    steps: dict[str, Histogram] = field(default_factory=dict)
+    seen_steps: int = 0  # how many of sched.stats were counted
+    next_send: float = 0.0
+
+    def observe_step(self, sched, seconds: float) -> None:
+        """One loop step took `seconds`; attribute it to the phase of the batch it launched (if any)."""
+        new = sched.stats[self.seen_steps:]
+        self.seen_steps = len(sched.stats)
+        for s in new:
+            self.hits += s.cache_hit_tokens
+        if new:
+            self.steps.setdefault(new[-1].phase, Histogram(STEP_BUCKETS)).observe(seconds)
+
+    def message(self, sched):
+        from ..messages import SchedulerStats
+        pool, cache = sched.pool, sched.cache
+        return SchedulerStats(len(sched.running), len(sched.pending), pool.num_pages, pool.num_free_pages,
+                              cache.evictable_size // pool.page_size, self.queried, self.hits, list(STEP_BUCKETS),
+                              {p: list(h.counts) for p, h in self.steps.items()},
+                              {p: h.sum for p, h in self.steps.items()})
+
+    def due(self, now: float, busy: bool, became_idle: bool) -> bool:
+        """Send now? Every STATS_INTERVAL_S while busy, and once when the scheduler turns idle."""
+        if became_idle or (busy and now >= self.next_send):
+            self.next_send = now + STATS_INTERVAL_S
+            return True
+        return False

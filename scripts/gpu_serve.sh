@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# The serving load curve (issue 18), on one CUDA machine, < 8 minutes on one H200. Results go to $OUT
+# (default ./out): gpu_serve.log, serve_<model>.json (bench compare: offline LLM.generate and `serve` on the
+# same 256-request anchors workload, then a request-rate sweep), serve_<model>.log (the server's log),
+# gpu_serve.json (both models, what notebook 09's plot_load_curve reads).
+#   bash scripts/gpu_serve.sh                     # SmolLM2-135M and Qwen3-0.6B architectures, dummy weights
+#   GPU_SERVE_TINY=1 DEVICE=cpu bash scripts/gpu_serve.sh   # a dry run with tiny sizes (checks the script)
+set -uo pipefail
+source "$(dirname "$0")/gpu_env.sh"
+LOG=$OUT/gpu_serve.log
+DEVICE=${DEVICE:-cuda}
+N=${GPU_SERVE_PROMPTS:-256}; SWEEP_N=${GPU_SERVE_SWEEP_PROMPTS:-128}; RATES=${GPU_SERVE_RATES:-0.5x,1x,0.75x,0.25x}  # the target rate first: a cut-short run keeps it
+LENS=(); SERVE_EXTRA=""; LIMIT=${GPU_SERVE_LIMIT:-225}  # seconds per model: two models + start-up < 8 min; --out is written after every run, so a cut keeps the finished ones
+if [ "${GPU_SERVE_TINY:-0}" = 1 ]; then
+    N=4; SWEEP_N=4; RATES=0.5x,1x; LENS=(--input-len 8 16 --output-len 2 4); LIMIT=600
+    SERVE_EXTRA="--max-total-tokens 8192 --context-length 512 --max-running-reqs 16"
+fi
+[ "$DEVICE" = cuda ] && run nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+run python3 -c "import torch, httpx; print('torch', torch.__version__, 'commit', '${MINISGL_COMMIT:-?}')"
+python3 -c "import prometheus_client" 2>/dev/null || echo "WARNING: no prometheus_client: /metrics answers 503, step_ms stays empty (bundle.sh prometheus_client)" | tee -a "$LOG"
+
+for model in smollm2-135m qwen3-0.6b; do
+    extra=$SERVE_EXTRA
+    [ "$model" = qwen3-0.6b ] && extra="$extra --skip-tokenizer-init"  # its folder has no tokenizer
+    run timeout "$LIMIT" python3 -m minisgl_edu.bench compare --model-path "benchmarks/configs/$model" \
+        --device "$DEVICE" --dummy-weights --num-prompts "$N" "${LENS[@]}" --warmup 8 --repeats 1 \
+        "--serve-args=$extra" --sweep-rates "$RATES" --sweep-num-prompts "$SWEEP_N" --no-progress \
+        --server-log "$OUT/serve_$model.log" --out "$OUT/serve_$model.json"
+done
+run python3 - <<'PY'
+import json, os, datetime
+out = os.environ.get("OUT", "out")
+allres = {"commit": os.environ.get("MINISGL_COMMIT", "?"), "date": datetime.datetime.utcnow().isoformat(timespec="seconds"),
+          "models": {}}
+for m in ("smollm2-135m", "qwen3-0.6b"):
+    p = os.path.join(out, f"serve_{m}.json")
+    if os.path.exists(p):
+        allres["models"][m] = json.load(open(p))
+json.dump(allres, open(os.path.join(out, "gpu_serve.json"), "w"), indent=1)
+for m, r in allres["models"].items():
+    if not r.get("runs"):
+        print(f"{m}: no finished run (see serve_{m}.log)")
+        continue
+    run = r["runs"][0]
+    print(f"{m}: offline {run['offline']['output_throughput']:.0f} tok/s, serve {run['serve']['output_throughput']:.0f} "
+          f"tok/s, ratio {run['ratio']['serve']:.3f}, failed {run['serve']['failed']}" + (" (partial)" if r.get("partial") else ""))
+    for s in r.get("sweep", []):
+        print(f"  {s['request_rate']:7.2f} req/s: {s['output_throughput']:8.0f} tok/s  TTFT p50/p99 {s['ttft_ms']['median']:7.1f}/"
+              f"{s['ttft_ms']['p99']:7.1f} ms  ITL p50/p99 {s['itl_ms']['median']:6.2f}/{s['itl_ms']['p99']:6.2f} ms  "
+              f"decode step {s['step_ms'].get('decode', float('nan')):.2f} ms  failed {s['failed']}")
+PY
+echo "gpu_serve: exit status $status" | tee -a "$LOG"
+exit $status

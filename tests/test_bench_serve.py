@@ -1,0 +1,213 @@
+"""Chapter 9: the serving benchmark (`python -m minisgl_edu.bench serve`) and the server's fast paths.
+
+* the datasets: `random` is the anchors' workload; the others have the shapes they promise;
+* the fast streaming paths equal their naive twins: the batched detokenizer == `detokenize_next`,
+  coalesced replies == the replies one by one;
+* against stub servers that answer 500, end a stream without [DONE] or drop the connection, every
+  such request is counted as failed (and the good ones as completed);
+* against the real CPU server (default model), a small run completes with zero failures and the
+  token counts the server reports.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import socket
+import threading
+import time
+
+import pytest
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from minisgl_edu import bench
+from minisgl_edu.bench_serve import (BenchRequest, parse_args, parse_sse_line, random_requests, run_load,
+                                     shared_prefix_requests, sharegpt_like_requests, stats_ms, summarize)
+from minisgl_edu.messages import UserReply
+from minisgl_edu.server.api import merge_replies
+from minisgl_edu.server.tokenizer import (DecodeState, batch_decoder, detokenize_batch, detokenize_next,
+                                          detokenize_step)
+
+
+# ---- datasets ------------------------------------------------------------------------------------
+def test_random_dataset_is_the_anchors_workload():
+    prompts, outputs = bench.anchors_workload(32, seed=3)
+    reqs = random_requests(32, seed=3)
+    assert [r.prompt for r in reqs] == prompts and [r.output_len for r in reqs] == outputs
+    small = random_requests(50, 1, (5, 9), (2, 4))
+    assert all(5 <= r.prompt_len <= 9 and 2 <= r.output_len <= 4 for r in small)
+
+
+def test_shared_prefix_and_sharegpt_shapes():
+    reqs = shared_prefix_requests(12, groups=3, system_len=40, question_len=(2, 5), output_len=(1, 2))
+    for i, r in enumerate(reqs):
+        assert r.prompt[:40] == reqs[i % 3].prompt[:40] and 42 <= r.prompt_len <= 45
+    assert len({tuple(r.prompt[:40]) for r in reqs}) == 3
+    mix = sharegpt_like_requests(400, seed=0, input_len=(4, 2048), output_len=(4, 1024))
+    lens = sorted(r.prompt_len for r in mix)
+    assert 4 <= lens[0] and lens[-1] <= 2048
+    assert lens[len(lens) // 2] < 200 < lens[int(0.95 * len(lens))]  # many short prompts, a long tail
+
+
+def test_percentiles_match_numpy():
+    import numpy as np
+    xs = [random.Random(0).random() for _ in range(101)]
+    s = stats_ms(xs)
+    for k, q in (("median", 50), ("p90", 90), ("p99", 99)):
+        assert s[k] == pytest.approx(1e3 * np.percentile(xs, q))
+
+
+# ---- the fast paths equal their naive twins -------------------------------------------------------
+def test_batched_detokenizer_equals_detokenize_next(tokenizer):
+    rng = random.Random(0)
+    texts = ["Tokyo is 東京 (日本語) 🙂 — déjà vu, naïve café.", "  two  spaces\tand\nlines", "plain ascii text here"]
+    seqs = [tokenizer.encode(t) for t in texts] + [[rng.randrange(tokenizer.vocab_size) for _ in range(30)]
+                                                   for _ in range(3)]
+    assert batch_decoder(tokenizer) is not None, "the default model has a fast tokenizer: the batch path runs"
+    naive, fast = [DecodeState() for _ in seqs], [DecodeState() for _ in seqs]
+    out_naive, out_fast = [[] for _ in seqs], [[] for _ in seqs]
+    for step in range(max(map(len, seqs))):
+        live = [i for i, s in enumerate(seqs) if step < len(s)]
+        finals = [step == len(seqs[i]) - 1 for i in live]
+        for i, f in zip(live, finals):
+            out_naive[i].append(detokenize_next(tokenizer, naive[i], seqs[i][step], f))
+        got = detokenize_batch(tokenizer, [fast[i] for i in live], [seqs[i][step] for i in live], finals)
+        for i, g in zip(live, got):
+            out_fast[i].append(g)
+    assert out_fast == out_naive
+    assert "".join(out_fast[0]) == texts[0]
+    assert sum(p == "" for p in out_fast[0]) >= 2  # half characters were held back, as the twin does
+
+
+def test_detokenize_step_fast_equals_naive_with_two_steps_in_one_batch(tokenizer):
+    """The detokenizer may receive two steps' DetokenizeMsgs at once: same uid twice, in order."""
+    from minisgl_edu.messages import DetokenizeMsg
+    a, b = tokenizer.encode("日本 🙂 ok"), tokenizer.encode("hello there world")
+    msgs = [DetokenizeMsg(1, a[0], False, prompt_tokens=3), DetokenizeMsg(2, b[0], False),
+            DetokenizeMsg(1, a[1], False), DetokenizeMsg(3, -1, True, "error", error="no", status=400),
+            DetokenizeMsg(1, a[2], False), DetokenizeMsg(2, b[1], True, "length")]
+    outs = {}
+    for naive in (True, False):
+        outs[naive] = [(r.uid, r.incremental_output, r.completion_tokens, r.finished, r.error)
+                       for r in detokenize_step(tokenizer, {}, msgs, naive)]
+    assert outs[True] == outs[False]
+    assert [c for uid, _, c, _, _ in outs[False] if uid == 1] == [1, 2, 3]  # each reply counts its own tokens
+    ids_only = detokenize_step(None, {}, msgs, False)  # --skip-tokenizer-init
+    assert [r.output_ids for r in ids_only if r.uid == 1] == [[a[0]], [a[1]], [a[2]]]
+    assert all(r.incremental_output == "" for r in ids_only)
+
+
+def test_coalesced_replies_equal_the_replies_one_by_one():
+    replies = [UserReply(7, "a", False, None, 3, 1, warning="w"), UserReply(7, "b", False, None, 3, 2),
+               UserReply(7, "", False, None, 3, 3), UserReply(7, "cd", True, "length", 3, 4)]
+    merged = replies[0]
+    for r in replies[1:]:
+        merged = merge_replies(merged, r)
+    assert (merged.incremental_output, merged.finished, merged.finish_reason, merged.completion_tokens,
+            merged.prompt_tokens, merged.warning) == ("abcd", True, "length", 4, 3, "w")
+    ids = merge_replies(UserReply(1, "", False, output_ids=[5]), UserReply(1, "", True, "stop", output_ids=[6, 7]))
+    assert ids.output_ids == [5, 6, 7]
+
+
+# ---- failures are counted: stub servers ----------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stub_app():
+    """A fake OpenAI server: prompt[0] % 4 picks 0: a good stream, 1: HTTP 500, 2: a stream that ends without
+    [DONE], 3: a connection dropped mid-stream."""
+    app = FastAPI()
+
+    @app.get("/v1/models")
+    async def models():
+        return {"data": [{"id": "stub"}]}
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        body = await request.json()
+        kind = body["prompt"][0] % 4
+        if kind == 1:
+            return JSONResponse({"error": {"message": "boom"}}, 500)
+
+        async def events():
+            for i in range(body["max_tokens"]):
+                yield f"data: {json.dumps({'choices': [{'index': 0, 'text': 'x', 'finish_reason': None}]})}\n\n"
+                await asyncio.sleep(0.001)
+                if kind == 3 and i == 1:
+                    raise RuntimeError("the stub drops the connection")
+            if kind == 2:
+                return
+            usage = {"prompt_tokens": len(body["prompt"]), "completion_tokens": body["max_tokens"]}
+            yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
+            yield "data: [DONE]\n\n"
+        return StreamingResponse(events(), media_type="text/event-stream")
+    return app
+
+
+@pytest.fixture(scope="module")
+def stub_url():
+    import uvicorn
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(stub_app(), host="127.0.0.1", port=port, log_level="critical"))
+    t = threading.Thread(target=server.run, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline, "the stub server did not start"
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    t.join(10)
+
+
+def test_errors_and_cut_streams_count_as_failed(stub_url):
+    reqs = [BenchRequest([k] + [1] * 5, 6, 4) for k in (0, 1, 2, 3, 0, 1, 2, 3, 0)]
+    results, duration = asyncio.run(run_load(stub_url, reqs, progress=False))
+    s = summarize(results, duration)
+    assert (s["completed"], s["failed"]) == (3, 6), s["errors"]
+    by_kind = {k: [r for q, r in zip(reqs, results) if q.prompt[0] == k] for k in range(4)}
+    assert all(r.ok and r.output_tokens == 4 and len(r.itl) == 3 for r in by_kind[0])
+    assert all(not r.ok and "HTTP 500" in r.error for r in by_kind[1])
+    assert all(not r.ok and "[DONE]" in r.error for r in by_kind[2])
+    assert all(not r.ok for r in by_kind[3])
+    assert s["total_output_tokens"] == 12  # only the completed requests' tokens count
+
+
+def test_poisson_arrivals_and_max_concurrency(stub_url):
+    reqs = [BenchRequest([0, 1], 2, 3) for _ in range(12)]
+    results, duration = asyncio.run(run_load(stub_url, reqs, request_rate=40.0, max_concurrency=2, progress=False))
+    starts = sorted(r.start for r in results)
+    assert all(r.ok for r in results) and starts[-1] > 0.05  # spread out, not all at once
+    with pytest.raises(SystemExit):
+        parse_args(["serve", "--prompt-mode", "neither"])
+    assert math.isinf(parse_args(["serve"]).request_rate)
+
+
+def test_sse_parsing():
+    assert parse_sse_line("data: [DONE]") == "[DONE]"
+    assert parse_sse_line('data: {"a": 1}') == {"a": 1}
+    assert parse_sse_line(": keep-alive") is None and parse_sse_line("") is None
+
+
+# ---- the real CPU server -------------------------------------------------------------------------
+def test_bench_against_the_cpu_server_completes_without_failures(tmp_path):
+    """The CLI end to end: `compare` starts the server, runs offline LLM.generate and the load side by side."""
+    out = tmp_path / "cmp.json"
+    code = bench.main(["compare", "--num-prompts", "6", "--input-len", "8", "24", "--output-len", "4", "8",
+                       "--warmup", "1", "--no-progress", "--out", str(out), "--device", "cpu",
+                       "--serve-args=--max-running-reqs 16 --context-length 512 --max-total-tokens 4096",
+                       "--server-log", str(tmp_path / "serve.log")])
+    res = json.loads(out.read_text())
+    assert code == 0
+    run = res["runs"][0]
+    serve, offline = run["serve"], run["offline"]
+    assert serve["completed"] == 6 and serve["failed"] == 0, serve["errors"]
+    expected = sum(r.output_len for r in random_requests(6, 0, (8, 24), (4, 8)))
+    assert serve["total_output_tokens"] == offline["total_output_tokens"] == expected  # ignore_eos: exact lengths
+    assert serve["ttft_ms"]["median"] > 0 and serve["itl_ms"]["median"] > 0
+    assert res["ratio_serve"]["median"] > 0 and run["serve"]["step_ms"].get("decode", 0) > 0

@@ -1,0 +1,182 @@
+"""Chapter 9: `/metrics` (Prometheus text format) and `--skip-tokenizer-init`.
+
+One real server on a config-only tiny Llama (random weights, no tokenizer in its folder: the
+situation of Qwen3-0.6B here), started with `--skip-tokenizer-init`. `/metrics` must parse with
+prometheus_client's own parser, and its counters must equal what the test sent: requests, prompt
+and generated tokens, latency observations, prefix-cache hits.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from tiny_model import tiny_model_dir
+
+from minisgl_edu.server.metrics import ITL_BUCKETS, Histogram, ServerMetrics, histogram_family
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tiny_path(tmp_path_factory) -> str:
+    return tiny_model_dir(str(tmp_path_factory.mktemp("tiny")), vocab=97, max_positions=256)
+
+
+@pytest.fixture(scope="module")
+def url(tiny_path, tmp_path_factory):
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("log") / "serve.log", "wb")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "minisgl_edu.serve", "--model", tiny_path, "--dummy-weights",
+                             "--device", "cpu", "--skip-tokenizer-init", "--port", str(port),
+                             "--max-total-tokens", "2048", "--max-running-reqs", "16"],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    try:
+        while True:
+            assert proc.poll() is None, f"the server exited with {proc.returncode}"
+            try:
+                if httpx.get(base + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the server did not come up"
+            time.sleep(0.3)
+        yield base
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
+def scrape(url: str) -> dict:
+    """/metrics as {sample name + labels: value}, through prometheus_client's parser."""
+    r = httpx.get(url + "/metrics", timeout=30)
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    out = {}
+    for fam in text_string_to_metric_families(r.text):
+        for s in fam.samples:
+            key = s.name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(s.labels.items())) + "}" if s.labels else "")
+            out[key] = s.value
+    return out
+
+
+def complete(url: str, prompt: list[int], n: int, stream: bool = False) -> tuple[int, dict | list]:
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "ignore_eos": True, "stream": stream}
+    if not stream:
+        r = httpx.post(url + "/v1/completions", json=body, timeout=120)
+        return r.status_code, r.json()
+    chunks = []
+    with httpx.stream("POST", url + "/v1/completions", json=body, timeout=120) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                chunks.append(json.loads(line[6:]))
+    return 200, chunks
+
+
+# ---- no server -----------------------------------------------------------------------------------
+def test_histogram_exports_as_prometheus_clients_own():
+    """Our cheap histogram renders the same buckets, count and sum as prometheus_client.Histogram."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client import Histogram as PromHistogram
+    values = [0.0005, 0.001, 0.0025, 0.003, 0.02, 0.02, 0.7, 3.0, 99.0]
+    reg = CollectorRegistry()
+    ref = PromHistogram("ref_seconds", "x", buckets=ITL_BUCKETS, registry=reg)
+    ours = Histogram(ITL_BUCKETS)
+    for v in values:
+        ref.observe(v)
+        ours.observe(v)
+    want = {s.labels["le"]: s.value for f in text_string_to_metric_families(generate_latest(reg).decode())
+            for s in f.samples if s.name == "ref_seconds_bucket"}
+    from prometheus_client.core import CollectorRegistry as Reg
+
+    class One:
+        def collect(self):
+            yield histogram_family("ours_seconds", "x", ours.bounds, {"": (ours.counts, ours.sum)})
+    reg2 = Reg()
+    reg2.register(One())
+    fams = list(text_string_to_metric_families(generate_latest(reg2).decode()))
+    got = {s.labels["le"]: s.value for f in fams for s in f.samples if s.name == "ours_seconds_bucket"}
+    assert got == want and got["+Inf"] == len(values)
+    assert [s.value for f in fams for s in f.samples if s.name == "ours_seconds_sum"] == [pytest.approx(sum(values))]
+
+
+def test_server_metrics_count_what_the_replies_say():
+    from minisgl_edu.messages import UserReply
+    m = ServerMetrics("x")
+    m.opened(1)
+    m.opened(2)
+    m.on_reply(UserReply(1, "a", False, None, 10, 1), 1.0)
+    m.on_reply(UserReply(1, "bc", True, "length", 10, 3), 2.0)  # two tokens in one (coalesced) reply
+    m.on_reply(UserReply(2, "", True, "abort", 4, 0), 1.5)
+    m.on_reply(UserReply(3, "?", False, None, 1, 1), 1.5)  # never opened (e.g. a stats query): ignored
+    assert (m.generation_tokens, m.prompt_tokens, m.finished) == (3, 14, {"length": 1, "abort": 1})
+    assert sum(m.ttft.counts) == 1 and sum(m.itl.counts) == 2 and m.itl.sum == pytest.approx(1.0)
+    assert not m.timing
+
+
+# ---- the real server -----------------------------------------------------------------------------
+def test_metrics_counters_agree_with_the_requests_sent(url):
+    before = scrape(url)
+    assert before.get("minisgl:generation_tokens_total", 0) == 0
+    prompts = [[10 + i] + [(7 * i + j) % 90 + 5 for j in range(8 + 6 * i)] for i in range(3)]  # distinct first ids
+    lens = [5, 6, 7]
+    for p, n in zip(prompts, lens):
+        code, body = complete(url, p, n)
+        assert code == 200 and body["usage"] == {"prompt_tokens": len(p), "completion_tokens": n,
+                                                 "total_tokens": len(p) + n}
+    _, chunks = complete(url, prompts[0], 4, stream=True)  # the same prompt again: a radix hit
+    m = scrape(url)
+    sent_prompt = sum(map(len, prompts)) + len(prompts[0])
+    sent_gen = sum(lens) + 4
+    assert m["minisgl:prompt_tokens_total"] == sent_prompt
+    assert m["minisgl:generation_tokens_total"] == sent_gen
+    assert m["minisgl:request_success_total{finished_reason=length}"] == 4
+    assert m["minisgl:time_to_first_token_seconds_count"] == 4 == m["minisgl:e2e_request_latency_seconds_count"]
+    assert m["minisgl:inter_token_latency_seconds_count"] == sent_gen - 4
+    assert m["minisgl:prefix_cache_queries_total"] == sent_prompt
+    assert m["minisgl:prefix_cache_hits_total"] == len(prompts[0]) - 1  # all but the last prompt token
+    assert m["minisgl:cache_hit_rate"] == pytest.approx((len(prompts[0]) - 1) / sent_prompt)
+    assert m["minisgl:num_requests_running"] == 0 == m["minisgl:num_requests_waiting"]
+    assert m["minisgl:kv_cache_usage_perc"] == 0  # nothing held: every page free or evictable
+    assert m["minisgl:kv_pages_free"] + m["minisgl:kv_pages_evictable"] == m["minisgl:kv_pages_total"]
+    assert m["minisgl:step_time_seconds_count{phase=prefill}"] == 4
+    assert m["minisgl:step_time_seconds_count{phase=decode}"] == sent_gen - 4
+    assert m["minisgl:step_time_seconds_bucket{le=+Inf,phase=decode}"] == sent_gen - 4
+
+
+def test_skip_tokenizer_init_ids_in_ids_out(url, tiny_path):
+    r = httpx.post(url + "/v1/chat/completions", json={"messages": [{"role": "user", "content": "hi"}]}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "messages"
+    r = httpx.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+    r = httpx.post(url + "/v1/completions", json={"prompt": [1, 2], "max_tokens": 2, "stop": "x"}, timeout=30)
+    assert r.status_code == 400 and r.json()["error"]["param"] == "stop"
+    prompt = [3, 14, 15, 92, 65, 35, 89, 79]
+    _, body = complete(url, prompt, 12)
+    choice = body["choices"][0]
+    assert choice["text"] == "" and len(choice["token_ids"]) == 12
+    _, chunks = complete(url, prompt, 12, stream=True)
+    streamed = [t for c in chunks for ch in c["choices"] for t in ch.get("token_ids", [])]
+    assert streamed == choice["token_ids"]
+    from minisgl_edu import LLM, SamplingParams
+    llm = LLM(tiny_path, device="cpu", dummy_weights=True)  # the same seeded random weights, no ZMQ
+    expect = llm.generate([prompt], SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True), use_tqdm=False)
+    assert choice["token_ids"] == expect[0]["token_ids"]
