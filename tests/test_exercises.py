@@ -46,6 +46,21 @@ def test_stubs_are_the_solutions_with_bodies_removed():
             f"stubs/ch{ch:02d}.py is stale: regenerate it with grade.make_stub"
 
 
+def test_solutions_have_the_library_signatures():
+    """Each exercise function takes the parameters (names, kinds, defaults) of the library attribute it
+    replaces: a library signature that moves on shows here, not as a reader's TypeError in the engine."""
+    import inspect
+
+    from minisgl_edu.exercises.swap import _resolve, load_file
+    params = lambda f: [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+    for ex in build_exercises():
+        mod = load_file(solution_path(ex.chapter))
+        for target, fname in zip(ex.targets, ex.funcs):
+            owner, attr = _resolve(target)
+            original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+            assert params(getattr(mod, fname)) == params(original), (ex.id, target)
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_stub_is_not_attempted(chapter):
     results = grade_chapter(chapter, stub_path(chapter))
