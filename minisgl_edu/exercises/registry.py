@@ -1,7 +1,7 @@
 """Every exercise of the course: which function you write, where it plugs into the library, who grades it."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
