@@ -46,6 +46,21 @@ def test_stubs_are_the_solutions_with_bodies_removed():
             f"stubs/ch{ch:02d}.py is stale: regenerate it with grade.make_stub"
 
 
+def test_solutions_have_the_library_signatures():
+    """Each exercise function takes the parameters (names, kinds, defaults) of the library attribute it
+    replaces: a library signature that moves on shows here, not as a reader's TypeError in the engine."""
+    import inspect
+
+    from minisgl_edu.exercises.swap import _resolve, load_file
+    params = lambda f: [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+    for ex in build_exercises():
+        mod = load_file(solution_path(ex.chapter))
+        for target, fname in zip(ex.targets, ex.funcs):
+            owner, attr = _resolve(target)
+            original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+            assert params(getattr(mod, fname)) == params(original), (ex.id, target)
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_stub_is_not_attempted(chapter):
     results = grade_chapter(chapter, stub_path(chapter))
@@ -146,3 +161,41 @@ def test_serve_with_exercises_runs_the_readers_code_in_every_process(tmp_path):
     assert text == offline[0]["text"] == "".join(pieces)
     assert len(pieces) == 1, pieces  # held back to the end: the detokenizer process ran ch09.py's function
     assert "exercises swapped in: ch01.encode" in (tmp_path / "serve.log").read_text()
+
+
+def test_padded_decode_checks_the_padding_lanes_and_trims_them():
+    """ch07's adapter (exercises/padded_decode.py): a CPU decode step also asks for the lanes of a captured
+    size; padding lanes that are missing or read a real page are named; right ones are cut off again, so
+    the reference backend reads exactly the library's arguments for the real lanes."""
+    from dataclasses import replace
+
+    import torch
+
+    from minisgl_edu.attention.metadata import kernel_args
+    from minisgl_edu.exercises import Wrong
+    from minisgl_edu.exercises.padded_decode import install
+    from minisgl_edu.paging import PagePool
+    from minisgl_edu.req import Req, SamplingParams
+    pool = PagePool(32, 4, 8, 64, torch.device("cpu"))
+    reqs = []
+    for i, n in enumerate((5, 9, 2)):  # decode-shaped: one new token each
+        r = Req(i, [1] * 20, SamplingParams(max_tokens=1))
+        r.table_idx, r.device_len = pool.take_row(), n
+        pool.assign_locations([r])
+        r.cached_len = n - 1
+        reqs.append(r)
+
+    def real_row_padding(reqs, pool, padded_size=0):
+        args = kernel_args(reqs, pool, padded_size)
+        k = int(args.cu_seqlens_k[len(reqs)])
+        return replace(args, kv_indices=torch.cat([args.kv_indices[:k], pool.page_table[0, :len(args.kv_indices) - k]]))
+
+    with pytest.raises(Wrong, match="padding lane 3 reads slots"):
+        install(real_row_padding, kernel_args)(reqs, pool)
+    with pytest.raises(Wrong, match="gave 3 query lanes"):
+        install(lambda reqs, pool, padded_size=0: kernel_args(reqs, pool), kernel_args)(reqs, pool)
+    got, want = install(kernel_args, kernel_args)(reqs, pool), kernel_args(reqs, pool)
+    for f in ("cu_seqlens_q", "cu_seqlens_k", "seq_lens_k", "kv_indices", "last_page_len"):
+        assert getattr(got, f).tolist() == getattr(want, f).tolist(), f
+    assert got.num_padding == 0
+    assert install(kernel_args, kernel_args)(reqs, pool, 8).num_padding == 5  # a GPU's padded step: passed through

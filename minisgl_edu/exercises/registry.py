@@ -1,7 +1,7 @@
 """Every exercise of the course: which function you write, where it plugs into the library, who grades it."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -13,6 +13,7 @@ class Exercise:
     targets: tuple[str, ...] = ()  # "module:Attr.path" the function replaces while it is graded
     functions: tuple[str, ...] = ()  # your functions, one per target (default: `name` for every target)
     adapter: str | None = None  # "module:function" turning (your function, the original) into what is installed
+    fixed: tuple[tuple[str, str], ...] = ()  # (target, "module:value") also installed: a fast path that would skip yours
     minutes: int = 0  # roughly how long it takes (the build-path page)
     where: str = ""  # the notebook cell of a predict exercise
 
@@ -56,15 +57,15 @@ EXERCISES: tuple[Exercise, ...] = _ordered((
     Exercise(6, "overlap_step", B, "one call of the overlap loop: launch step N+1, then process step N; defer freed rows",
              (M + "scheduler:Scheduler.step",), adapter=M + "exercises.swap:overlap_only", minutes=40),
     Exercise(7, "kernel_args", B, "the ledger -> cu_seqlens_q/k, seq_lens_k, kv_indices, padded to a captured batch size",
-             (M + "attention.flashinfer:kernel_args", M + "engine:make_backend"), adapter=M + "exercises.kernel_backend:install",
-             functions=("kernel_args", "kernel_args"), minutes=35),
+             (M + "attention.base:kernel_args",), adapter=M + "exercises.padded_decode:install", minutes=35),
     Exercise(8, "linear_shards", B, "column- and row-parallel linear layers: which rows / columns of W a rank loads",
              (M + "model.layers:ColumnParallelLinear._load", M + "model.layers:RowParallelLinear._load"),
              functions=("column_load", "row_load"), minutes=30),
     Exercise(8, "receive", B, "tp.receive: rank 0 takes what arrived and broadcasts the count; the others take exactly that many",
              (M + "tp:receive",), minutes=25),
     Exercise(9, "detokenize_next", B, "incremental detokenization that holds back a broken UTF-8 tail",
-             (M + "server.tokenizer:detokenize_next",), minutes=25),
+             (M + "server.tokenizer:detokenize_next",), minutes=25,
+             fixed=((M + "server.tokenizer:batch_decoder", M + "exercises.swap:no_batch_decoder"),)),
     # predict exercises: answer cells in the notebooks (graded there; solutions in notebooks/solutions/chNN.py)
     *(Exercise(ch, name, P, text, where=f"notebook {ch:02d}, exercise {i + 1}") for ch, items in {
         1: [("buffer_bytes", "bytes of a UserMsg's tensor buffer for n tokens"),

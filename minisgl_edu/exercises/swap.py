@@ -70,6 +70,8 @@ def replacements(ex: Exercise, module) -> list[tuple[object, str, object]]:
         original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
         new = _import(ex.adapter)(fn, original) if ex.adapter else fn
         out.append((owner, attr, new))
+    for target, value in ex.fixed:
+        out.append((*_resolve(target), _import(value)))
     return out
 
 
@@ -128,6 +130,11 @@ def apply_from_env() -> list[str]:
 
 
 # ---- adapters: how a function you write becomes the attribute it replaces -----------------------------
+def no_batch_decoder(tok):
+    """ch09: the detokenizer's batched fast path off, so every token goes through your detokenize_next."""
+    return None
+
+
 def overlap_only(fn, original):
     """Scheduler.step: your overlap_step for an overlap scheduler, the library's normal loop otherwise."""
     def step(self):

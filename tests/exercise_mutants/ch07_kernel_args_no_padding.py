@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from minisgl_edu.attention.flashinfer import KernelArgs
+from minisgl_edu.attention.metadata import KernelArgs
 
 
 def kernel_args(reqs, pool, padded_size: int = 0) -> KernelArgs:

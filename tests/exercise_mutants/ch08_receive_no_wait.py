@@ -1,37 +1,34 @@
-"""receive where the other ranks take at most what they already have.
+"""receive where the other ranks take only what has already arrived instead of waiting for rank 0's count.
 
-EXPECT: lags behind
+EXPECT: reaches it late
 """
 from __future__ import annotations
-
-import queue
 
 from minisgl_edu import tp
 
 
-def receive(inbox, block: bool, use_count: bool = True, wait=None) -> list:
-    """tp.receive: this step's messages, the same on every rank.
+def receive(inbox, block: bool, use_count: bool = True) -> list[bytes]:
+    """This step's messages (raw bytes), the same on every rank.
 
-    Every rank has its own copy of the message stream (`inbox`: get_nowait() raises queue.Empty when
-    nothing is there yet); the other ranks' copies may lag behind rank 0's. `wait(inbox)` is the
-    blocking get (default: inbox.get()). block=True: the engine is idle, so first wait for one
-    message. Then rank 0 (tp.get_tp_info().is_primary) takes everything already there, and tells
-    every rank how many with tp.broadcast_count(n) (every rank calls it once; the others pass any
-    number and get rank 0's); the other ranks then take exactly that many, waiting for late ones.
-    use_count=False: every rank takes what it has (chapter 8's counter-example: no broadcast)."""
-    wait = wait or (lambda q: q.get())
-    msgs = [wait(inbox)] if block else []
-    if tp.get_tp_info().is_primary or not use_count:
-        while True:
-            try:
-                msgs.append(inbox.get_nowait())
-            except queue.Empty:
-                break
+    `inbox` is this rank's end of the wires (server/scheduler_proc.RankIO); three calls:
+      inbox.take(block) -> list[bytes]: what has arrived (block=True: the engine is idle, so first
+          wait a little for one message; on rank 0 this is the mailbox everybody sends to);
+      inbox.forward(raws): rank 0 re-publishes these bytes, unchanged, to ranks 1..N-1;
+      inbox.next() -> bytes: on ranks 1..N-1, the next message rank 0 forwarded (waits for it).
+    Rank 0 (tp.get_tp_info().is_primary) takes what arrived and tells every rank how many with
+    tp.broadcast_count(n) (every rank calls it once; the others pass any number and get rank 0's);
+    the other ranks then read exactly that many forwarded messages, however late they come, and
+    rank 0 forwards what it took. use_count=False: every rank takes what *it* has seen (chapter 8's
+    counter-example: no broadcast, and rank 0 forwards what it took all the same)."""
+    primary = tp.get_tp_info().is_primary
+    raws = inbox.take(block) if primary or not use_count else []
     if use_count:
-        n = tp.broadcast_count(len(msgs))
-        while len(msgs) < n:
-            try:
-                msgs.append(inbox.get_nowait())
-            except queue.Empty:
+        n = tp.broadcast_count(len(raws))
+        while len(raws) < n:  # rank 0 forwards them just below: they are on their way
+            more = inbox.take(False)
+            if not more:
                 break
-    return msgs
+            raws += more
+    if primary:
+        inbox.forward(raws)  # the bytes as received: never decoded and encoded again
+    return raws

@@ -88,7 +88,7 @@ def grade_free_tail(ex, path, module) -> None:
     from ...req import Req, SamplingParams
 
     def check(x):
-        ps, matched_pages, own, start_pages = x
+        ps, matched_pages, own, start_pages, ahead = x
         pool = _pool(ps)
         r = Req(0, [1] * 96, SamplingParams(max_tokens=1))
         r.table_idx, r.device_len = pool.take_row(), matched_pages * ps + own
@@ -96,23 +96,31 @@ def grade_free_tail(ex, path, module) -> None:
         r.cached_len, r.matched_len = r.device_len, matched_pages * ps
         aligned = r.cached_len // ps * ps
         start = min(r.matched_len + start_pages * ps, aligned)  # _finish: what the cache took is not ours to free
-        desc = f"page_size {ps}, cached_len {r.cached_len}, start {start}"
-        want = sorted({int(s) // ps for s in pool.page_table[r.table_idx, start: r.cached_len]})
+        if ahead:  # in a step: `ahead` more positions assigned, not yet completed (device_len > cached_len)
+            r.device_len += ahead
+            PagePool.assign_locations(pool, [r])
+        in_step = ahead > 0
+        desc = f"page_size {ps}, cached_len {r.cached_len}, device_len {r.device_len}, start {start}, in_step={in_step}"
+        pages = lambda end: sorted({int(s) // ps for s in pool.page_table[r.table_idx, start: end]})
+        want = pages(r.device_len if in_step else r.cached_len)
         before = set(pool.free_pages.tolist())
-        call("free_tail", module.free_tail, pool, r, start, on=desc)
+        call("free_tail", module.free_tail, pool, r, start, in_step, on=desc)
         after = pool.free_pages.tolist()
         freed = sorted(set(after) - before)
         if len(after) != len(set(after)):
             raise Wrong(f"{desc}: after your free_tail a page is on the free list twice")
         if freed != want:
-            hint = (" (the partial last page belongs to the request too)" if set(freed) < set(want) else
+            hint = (" (in_step: the positions up to device_len, assigned this step, are the request's too)"
+                    if in_step and freed == pages(r.cached_len) else
+                    " (the partial last page belongs to the request too)" if set(freed) < set(want) else
                     " (pages before `start` belong to the prefix cache or were never the request's)")
             raise Wrong(f"{desc}: your free_tail gave back pages {freed}; the request owns {want} from position "
                         f"{start} on{hint}")
         if not all(isinstance(p, int) for p in after) or pool.free_pages.dtype != torch.int32:
             raise Wrong(f"{desc}: the free list must stay an int32 tensor of page numbers")
 
-    prop(st.tuples(st.sampled_from([1, 2, 4]), st.integers(0, 3), st.integers(1, 11), st.integers(0, 3)), check, 80)
+    prop(st.tuples(st.sampled_from([1, 2, 4]), st.integers(0, 3), st.integers(1, 11), st.integers(0, 3),
+                   st.sampled_from([0, 0, 1, 3, 6])), check, 80)
     with swapped([ex], lambda e: path):
         for case in PAGE_CASES[1:]:  # page sizes > 1: where a partial last page exists
             compare(case, "free_tail")

@@ -1,5 +1,5 @@
-"""Chapter 7: kernel_args — field by field against the library's on random batches, then the engine with an
-attention backend that reads only the kernel arguments (decode batches padded to captured sizes)."""
+"""Chapter 7: kernel_args — field by field against the library's on random batches, then the engine, whose
+attention backend reads nothing but your kernel arguments (decode steps padded to captured sizes: padded_decode.py)."""
 from __future__ import annotations
 
 from hypothesis import strategies as st
@@ -25,7 +25,7 @@ batches = st.tuples(st.sampled_from([1, 2, 4]), st.lists(st.tuples(st.integers(0
 def grade_kernel_args(ex, path, module) -> None:
     import torch
 
-    from ...attention.flashinfer import kernel_args as library
+    from ...attention.metadata import kernel_args as library
     from ...paging import PagePool
     from ...req import Req, SamplingParams
 

@@ -58,6 +58,8 @@ def _server_loop(ex, path, tok) -> None:
     """The detokenizer process's loop, in this process: two interleaved requests, then ExitMsg."""
     from types import SimpleNamespace
 
+    from ...config import ServerConfig
+    from ...default_model import default_model_path
     from ...messages import BatchTokenizerMsg, DetokenizeMsg, ExitMsg, encode, unbatch
     from ...server.tokenizer import detokenize_loop
     texts = {1: "日本語 🙂 ok", 2: "ßé👍🏽!"}
@@ -70,7 +72,7 @@ def _server_loop(ex, path, tok) -> None:
     replies = []
     frontend = SimpleNamespace(put=lambda m: replies.extend(unbatch(m)))
     with swapped([ex], lambda e: path):
-        detokenize_loop(tok, inbox, frontend, SimpleNamespace(hop_log=None))
+        detokenize_loop(tok, inbox, frontend, ServerConfig(model_path=default_model_path()))  # the defaults: no hop log
     for u, t in texts.items():
         got = "".join(r.incremental_output for r in replies if r.uid == u)
         want = tok.decode(ids[u], skip_special_tokens=True)

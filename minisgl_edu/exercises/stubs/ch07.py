@@ -2,21 +2,24 @@
 
     python -m minisgl_edu.exercises check 07
 
-`kernel_args` replaces `minisgl_edu.attention.flashinfer.kernel_args`. The grader compares your
-arrays with the library's on random batches, then runs the real engine with an attention backend
-that reads nothing but your kernel arguments (as FlashInfer does), decode batches padded to a
-captured size: the tokens must be the library's, and padding lanes must touch only the dummy page.
+`kernel_args` replaces `minisgl_edu.attention.metadata.kernel_args` where both attention backends call
+it (`AttentionBackend.prepare`, attention/base.py). The grader compares your arrays with the library's
+on random batches, then runs the real engine, whose reference backend reads nothing but your kernel
+arguments (as FlashInfer does), with decode steps padded to a captured size: the tokens must be the
+library's, and padding lanes must touch only the dummy page.
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from minisgl_edu.attention.flashinfer import KernelArgs  # the dataclass you fill
+from minisgl_edu.attention.metadata import KernelArgs  # the dataclass you fill
 from minisgl_edu.exercises import NotAttempted  # noqa: F401  (the stub raises it)
+from minisgl_edu.paging import PagePool
+from minisgl_edu.req import Req
 
 
-def kernel_args(reqs, pool, padded_size: int = 0) -> KernelArgs:
+def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0) -> KernelArgs:
     """Translate the ledgers of `reqs` (plus padding lanes up to `padded_size`) into kernel arguments.
 
     For B lanes (the requests, then max(0, padded_size - len(reqs)) padding lanes):
