@@ -479,7 +479,7 @@ async def respond(request: Request, body: CommonParams, make_msg, sp: SamplingPa
         return StreamingResponse(sse(merge(streams), meta, chat, body.include_usage, len(streams)),
                                  media_type="text/event-stream", headers=headers)
     choices = await asyncio.gather(*(collect(s) for s in streams))
-    dead = next((last for _, _, last in choices if last.error is not None), None)
+    dead = next((c[2] for c in choices if c[2].error is not None), None)
     if dead is not None:
         return error_json(dead.status, dead.error, "worker_died")
     out = response_body(meta, chat, [c[:3] for c in choices], first.warning, sp.logprobs is not None)
