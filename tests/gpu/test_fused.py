@@ -30,17 +30,17 @@ def rel(a, b) -> float:
 
 
 class Switch:
-    """Fused kernels off (plain PyTorch on CUDA too) inside the block: the same switch as MINISGL_FUSED=0."""
+    """Fused kernels on or off (plain PyTorch on CUDA too) inside the block: EngineConfig's fused_kernels/qk_kernel."""
 
     def __init__(self, fused: bool, own: bool = True):
         self.fused, self.own = fused, own  # own=False: FlashInfer's kernels only, not ours (qk_kernel.py)
 
     def __enter__(self):
-        self.saved = layers._FUSED, layers.USE_QK_KERNEL
-        layers._FUSED, layers.USE_QK_KERNEL = (False if self.fused else None), self.own
+        self.saved = layers.KERNELS.fused, layers.KERNELS.qk
+        layers.KERNELS.fused, layers.KERNELS.qk = self.fused, self.own
 
     def __exit__(self, *exc):
-        layers._FUSED, layers.USE_QK_KERNEL = self.saved
+        layers.KERNELS.fused, layers.KERNELS.qk = self.saved
 
 
 def test_fused_add_rmsnorm_matches_plain():
