@@ -21,6 +21,10 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: importing config stays free of torch
+    import torch
 
 log = logging.getLogger("minisgl_edu")
 
