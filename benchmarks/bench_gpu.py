@@ -140,9 +140,9 @@ def p2(llm: LLM, bw: float) -> None:
             count_kernels(eng, batch)
         eng.graphs = graphs
         graph = time_steps(lambda: eng.forward(batch), iters=100)
-        eng.timeline = []  # CPU time of each graph step: is the step bound by the host?
+        eng.timeline = Timeline(eng.device)  # CPU time of each graph step: is the step bound by the host?
         time_steps(lambda: eng.forward(batch), iters=30)
-        cpu = float(np.median([t1 - t0 for t0, t1, _, _ in eng.timeline[5:]]))
+        cpu = float(np.median([t1 - t0 for t0, t1, _, _ in list(eng.timeline.entries)[5:]]))
         eng.timeline = None
         record(f"p2_decode_step_bs{bs}_graph_cpu", cpu * 1e3, "ms", cpu / graph,
                "median CPU time of Engine._forward per graph step (prepare, plan, replay, sampling launches); "
@@ -243,21 +243,19 @@ def overlap_workload():
 
 def tokens_parity(llm: LLM):
     """The 64-request overlap workload (P4's) with the fused kernels on, then on a fresh engine with them
-    off (MINISGL_FUSED=0's switch): how many requests' greedy tokens are identical, and where they part."""
+    off (`fused_kernels=False`): how many requests' greedy tokens are identical, and where they part."""
     from minisgl_edu.model import layers
     print("\nTokens: fused kernels on vs off, P4's 64-request workload, greedy, overlap on", flush=True)
     prompts, params = overlap_workload()
     fresh_scheduler(llm, overlap=True)
     on = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
-    saved = layers._FUSED
-    layers._FUSED = None  # off: plain PyTorch ops (the engine below captures its graphs with them)
-    try:
+    try:  # off: plain PyTorch ops (the engine below captures its graphs with them)
         off_llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=64, cuda_graph_max_bs=64,
-                      max_total_tokens=70_000)
+                      max_total_tokens=70_000, fused_kernels=False)
         off = [o["token_ids"] for o in off_llm.generate(prompts, params, use_tqdm=False)]
         del off_llm
     finally:
-        layers._FUSED = saved
+        layers.use_kernels(fused=True)  # the switch is per process: back on for what runs after
     same = sum(a == b for a, b in zip(on, off))
     first = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a)) for a, b in zip(on, off)]
     record("tokens_fused_eq_plain_requests", same, "of 64", same / 64,

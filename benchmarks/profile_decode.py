@@ -5,7 +5,7 @@
 Profiles one eager step (engine.forward without graphs) and one CUDA-graph replay with torch.profiler,
 prints every distinct kernel with its count per step and mean time, the kernels of one decoder layer in
 launch order (cut out of the replay between two launches of the attention kernel), and times the step
-(graph and eager) and the replay alone. --plain: fused kernels off (as MINISGL_FUSED=0);
+(graph and eager) and the replay alone. --plain: fused kernels off (fused_kernels=False);
 --no-qk-kernel: FlashInfer's kernels for q/k norm, RoPE and the K/V copy instead of our one-launch kernel.
 """
 from __future__ import annotations
@@ -63,14 +63,10 @@ def main() -> None:
     args = ap.parse_args()
     from minisgl_edu import LLM
     from minisgl_edu.bench import make_decode_batch, release
-    from minisgl_edu.model import layers as L
-    if args.plain:
-        L._FUSED = None
-    if args.no_qk_kernel and hasattr(L, "USE_QK_KERNEL"):
-        L.USE_QK_KERNEL = False
     sizes = [int(b) for b in args.bs.split(",")]
+    switches = {**({"fused_kernels": False} if args.plain else {}), **({"qk_kernel": False} if args.no_qk_kernel else {})}
     llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=max(sizes), cuda_graph_max_bs=max(sizes),
-              max_total_tokens=max(sizes) * 1100 + 4096)
+              max_total_tokens=max(sizes) * 1100 + 4096, **switches)  # only the switches given: "before" code lacks them
     eng = llm.engine
     nl = eng.model_config.num_hidden_layers
     rows = []

@@ -21,6 +21,10 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: importing config stays free of torch
+    import torch
 
 log = logging.getLogger("minisgl_edu")
 
@@ -39,6 +43,8 @@ class EngineConfig:
     attention: str | None = None  # "reference" | "flashinfer"; None: by device
     cuda_graph_max_bs: int = 256
     fused_kernels: bool = True  # FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on CUDA in 16 bits; False: plain ops
+    qk_kernel: bool = True  # with fused_kernels: our one-launch q/k norm + RoPE + K/V store; False: FlashInfer's
+    moe_impl: str | None = None  # "reference" | "grouped" (chapter 10); None: reference on CPU, grouped on CUDA
     seed: int = 0
 
 

@@ -15,7 +15,7 @@ import torch
 from .attention import make_backend
 from .config import EngineConfig, default_device  # noqa: F401  (EngineConfig: re-exported)
 from .model import build_model, load_config
-from .model.layers import use_fused_kernels
+from .model.layers import use_kernels
 from .paging import KVCache, PagePool, extend_spans, to_device
 from .req import Batch
 from .sampling import SamplingTensors, apply_controls, sample, token_logprobs
@@ -31,7 +31,7 @@ class Engine:
         self.device = torch.device(cfg.device or default_device())
         if cfg.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {cfg.page_size}")
-        use_fused_kernels(cfg.fused_kernels)  # one engine per process decides for its layers
+        use_kernels(cfg.fused_kernels, cfg.qk_kernel, cfg.moe_impl)  # one engine per process decides for its layers
         self.dtype = cfg.dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.model_config = mc = load_config(cfg.model_path)
         self.max_seq_len = min(cfg.max_seq_len or mc.max_position_embeddings, mc.max_position_embeddings)

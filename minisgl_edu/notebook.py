@@ -14,12 +14,8 @@ from pathlib import Path
 
 import torch
 
+from .config import default_device as pick_device  # noqa: F401  ("cuda" when present: every notebook runs on both)
 from .paging import cdiv
-
-
-def pick_device() -> str:
-    """"cuda" when a GPU is present, else "cpu": every notebook runs on both."""
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _cpu_model() -> str:

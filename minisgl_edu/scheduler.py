@@ -44,6 +44,8 @@ class TokenOutput:
     finished: bool
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     logprobs: tuple[float, list[int], list[float]] | None = None  # (chosen, top ids, top logprobs) if asked
+    prompt_len: int = 0  # the request's, for the usage counts: a finished one has left `live` already
+    clamped: bool = False  # the first token of a request whose max_tokens was cut to fit the context
 
 
 class Scheduler:
@@ -106,7 +108,7 @@ class Scheduler:
         if req in self.pending:
             self.pending.remove(req)
         self._finish(req, "abort")
-        return [TokenOutput(uid, -1, True, "abort")]
+        return [TokenOutput(uid, -1, True, "abort", prompt_len=req.prompt_len)]
 
     @property
     def idle(self) -> bool:
@@ -163,7 +165,8 @@ class Scheduler:
                 self._finish(req, reason)
             k = req.sampling.logprobs
             out.append(TokenOutput(req.uid, tok, reason is not None, reason,
-                                   batch.logprobs.row(i, k) if k is not None else None))
+                                   batch.logprobs.row(i, k) if k is not None else None, req.prompt_len,
+                                   req.clamped and len(req.token_ids) == req.prompt_len + 1))
         return out
 
     def _finish(self, req: Req, reason: str) -> None:

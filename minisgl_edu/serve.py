@@ -41,6 +41,9 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     ap.add_argument("--no-overlap", dest="overlap", action="store_false", help="the normal scheduler loop on CUDA too")
     ap.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
                     help="plain PyTorch ops instead of FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on CUDA")
+    ap.add_argument("--no-qk-kernel", dest="qk_kernel", action="store_false",
+                    help="FlashInfer's q/k norm + RoPE kernels instead of our one-launch kernel")
+    ap.add_argument("--moe-impl", choices=["reference", "grouped"], help="MoE experts (default: grouped on CUDA)")
     ap.add_argument("--dummy-weights", action="store_true", help="random weights from the config (benchmarks)")
     ap.add_argument("--max-running-reqs", type=int)
     ap.add_argument("--max-total-tokens", type=int, help="KV pool size in tokens")

@@ -14,14 +14,14 @@ P=$OUT/profiles.jsonl
 run python3 -c "import torch, flashinfer; print(torch.cuda.get_device_name(), 'torch', torch.__version__, 'flashinfer', flashinfer.__version__, 'commit', '${MINISGL_COMMIT:-?}')"
 run python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_fused.py tests/gpu/test_flashinfer.py tests/gpu/test_graphs.py
 if grep -q "FAILED tests/gpu/test_fused.py::test_one_launch_qk_kernel\|FAILED tests/gpu/test_fused.py::test_model" "$LOG"; then
-    echo "our qk kernel failed its test: the benchmarks below run FlashInfer's kernels (MINISGL_QK_KERNEL=0)" | tee -a "$LOG"
-    export MINISGL_QK_KERNEL=0
+    echo "our qk kernel failed its test: the profile below runs FlashInfer's kernels (qk_kernel=False)" | tee -a "$LOG"
+    QK=--no-qk-kernel
 fi
 if [ -n "$BEFORE" ]; then
     run env PYTHONPATH=$BEFORE:$PYTHONPATH python3 benchmarks/profile_decode.py before --json $P
     run python3 benchmarks/profile_decode.py fused_flashinfer_only --no-qk-kernel --json $P
 fi
-run python3 benchmarks/profile_decode.py fused --bs 1,8,64,256 --json $P
+run python3 benchmarks/profile_decode.py fused --bs 1,8,64,256 --json $P ${QK:-}
 run python3 benchmarks/bench_gpu.py p2 p1 p4 pf tokens
 cp benchmarks/results.json "$OUT"/
 run python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_llm_cuda.py

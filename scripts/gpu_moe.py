@@ -45,7 +45,7 @@ from minisgl_edu.bench import (anchors_workload, copy_bandwidth, fresh_scheduler
                                make_decode_batch, release)
 from minisgl_edu.model.moe import (Routing, SparseMoeBlock, expected_experts_read, experts_grouped, experts_reference,  # noqa: E402
                                    moe_bytes, moe_decode_floor_s, route)
-from minisgl_edu.tp import BatchRecorder  # noqa: E402
+from minisgl_edu.server.scheduler_proc import BatchRecorder  # noqa: E402
 
 TOL = 2e-2  # bf16 (8 bits of mantissa) through two GEMMs and SiLU: relative error of the layer output
 OUT = pathlib.Path(os.environ.get("OUT", ROOT / "out"))
@@ -117,9 +117,8 @@ def first_step_logits(path: str, device: str, dtype: torch.dtype, impl: str, gra
     """Logits of the first step (the prefill of 8 prompts) of 8 greedy requests run to 8 tokens each
     (the later decode steps run as CUDA-graph replays when graphs > 0: they must run, their logits
     are not compared, since a bf16 rounding difference may change a greedy token and so every later input)."""
-    os.environ["MINISGL_MOE"] = impl
     kw = dict(attention="reference") if dtype == torch.float32 else {}  # FlashInfer has no float32 kernels here
-    llm = LLM(path, device=device, dtype=dtype, cuda_graph_max_bs=graphs, max_total_tokens=16384, **kw)
+    llm = LLM(path, device=device, dtype=dtype, cuda_graph_max_bs=graphs, max_total_tokens=16384, moe_impl=impl, **kw)
     rec = BatchRecorder(llm.engine, keep_logits=True)
     prompts, _ = anchors_workload(8)
     outs = llm.generate([[t % 1024 for t in p[:64]] for p in prompts], SamplingParams(max_tokens=8, ignore_eos=True), use_tqdm=False)
@@ -127,7 +126,6 @@ def first_step_logits(path: str, device: str, dtype: torch.dtype, impl: str, gra
     _, logits = rec.take()
     rec.detach()
     llm.close()
-    os.environ.pop("MINISGL_MOE")
     return logits[0]
 
 

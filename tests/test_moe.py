@@ -20,7 +20,7 @@ import torch
 from minisgl_edu import LLM, SamplingParams
 from minisgl_edu.model import build_model, load_config
 from minisgl_edu.model.moe import (ExpertGroups, expected_experts_read, experts_grouped, experts_reference, group_by_expert,
-                                   is_sparse_layer, route)
+                                   is_sparse_layer, moe_impl, route)
 from minisgl_edu.tp import set_tp_info
 from tiny_model import one_thread  # noqa: F401 (fixture)
 
@@ -77,9 +77,9 @@ def hf_tokens(ckpts):
 @pytest.mark.parametrize("kind,page_size,impl", [("mistral", 1, "reference"), ("mistral", 4, "reference"),
                                                   ("qwen3_moe", 1, "reference"), ("qwen3_moe", 4, "reference"),
                                                   ("qwen3_moe", 1, "grouped"), ("qwen3_moe", 4, "grouped")])
-def test_token_identical_to_transformers(kind, page_size, impl, ckpts, hf_tokens, monkeypatch, one_thread):
-    monkeypatch.setenv("MINISGL_MOE", impl)
-    llm = LLM(ckpts[kind], device="cpu", page_size=page_size, max_prefill_tokens=16)
+def test_token_identical_to_transformers(kind, page_size, impl, ckpts, hf_tokens, one_thread):
+    llm = LLM(ckpts[kind], device="cpu", page_size=page_size, max_prefill_tokens=16, moe_impl=impl)
+    assert moe_impl(torch.zeros(1)) == impl, "the config field reached the layers"
     sp = SamplingParams(max_tokens=N, ignore_eos=True)
     stats = []
     for wave in waves():
@@ -240,6 +240,11 @@ def test_a_missing_expert_matrix_is_refused(ckpts, tmp_path):
     shutil.copy(f"{src}/config.json", tmp_path)
     with pytest.raises(KeyError, match=r"layers.2.mlp.experts.gate_up_proj \(15 of 16 expert matrices\)"):
         build_model(load_config(src), torch.device("cpu"), torch.float32, 64, str(tmp_path))
+
+
+def test_an_unknown_moe_impl_is_refused(ckpts):
+    with pytest.raises(ValueError, match="moe_impl must be 'reference' or 'grouped', got 'fast'"):
+        LLM(ckpts["qwen3_moe"], device="cpu", moe_impl="fast")
 
 
 def test_sliding_window_the_context_reaches_is_refused(tmp_path, one_thread):

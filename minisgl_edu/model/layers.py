@@ -8,7 +8,7 @@ rank then holds a piece of the *same* model.
 """
 from __future__ import annotations
 
-import os
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -17,13 +17,32 @@ from torch import nn
 from ..tp import all_gather_last_dim, all_reduce, get_tp_info, shard_range
 
 
+@dataclass
+class Kernels:
+    """Which kernels this process runs: `EngineConfig`'s kernel switches, set by each `Engine` (`use_kernels`)."""
+    fused: bool = True  # FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on 16-bit CUDA tensors; False: plain ops
+    qk: bool = True  # under `fused`: our one-launch q/k norm + RoPE + K/V store (False: FlashInfer's kernels)
+    moe: str | None = None  # "reference" | "grouped" (model/moe.py); None: reference on CPU, grouped on CUDA
+
+
+KERNELS = Kernels()
+_FUSED = False  # the flashinfer module once imported; None where it is absent (CPU machines)
+
+
+def use_kernels(fused: bool = True, qk: bool = True, moe: str | None = None) -> None:
+    """The one place the kernel switches are applied. One process, one setting: the engine built last decides."""
+    if moe not in (None, "reference", "grouped"):
+        raise ValueError(f"moe_impl must be 'reference' or 'grouped', got {moe!r}")
+    KERNELS.fused, KERNELS.qk, KERNELS.moe = fused, qk, moe
+
+
 def fused_kernels(x: torch.Tensor):
     """FlashInfer's fused RMSNorm / RoPE / SiLU-and-mul for a 16-bit CUDA tensor, or None (then plain
     PyTorch ops). Same maths, fewer kernels: a decode step is dominated by per-kernel cost, not by arithmetic.
     The one switch for every fusion (issue 16): the residual add in the norm, the in-place q/k norm and
     RoPE, the one-copy K/V store and our q/k kernel (qk_kernel.py) all ask here first."""
     global _FUSED
-    if not _FUSED_ON or not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16):  # the kernels are 16-bit only
+    if not KERNELS.fused or not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16):  # 16-bit only
         return None
     if _FUSED is False:
         try:
@@ -36,23 +55,10 @@ def fused_kernels(x: torch.Tensor):
     return _FUSED
 
 
-def use_fused_kernels(on: bool) -> None:
-    """The off switch (`EngineConfig.fused_kernels`, set by each `Engine` it builds): False runs the
-    plain ops on CUDA too. One switch per process: the engine built last decides for all its layers."""
-    global _FUSED_ON
-    _FUSED_ON = on
-
-
-_FUSED, _FUSED_ON = False, True
-# with fused kernels on: our one-launch q/k norm + RoPE + K/V store where its cubin exists (MINISGL_QK_KERNEL=0:
-# FlashInfer's kernels for those steps instead; an experiment's knob under the one switch above)
-USE_QK_KERNEL = os.environ.get("MINISGL_QK_KERNEL", "1") != "0"
-
-
 def qk_kernel(x: torch.Tensor, backend):
     """The one-launch q/k norm + RoPE + K/V store (qk_kernel.py) for bf16 x under the fused switch,
     with a backend that can attend over K/V already in the pool; else None (FlashInfer's or PyTorch's ops)."""
-    if not USE_QK_KERNEL or fused_kernels(x) is None or x.dtype != torch.bfloat16 or not hasattr(backend, "attend") \
+    if not KERNELS.qk or fused_kernels(x) is None or x.dtype != torch.bfloat16 or not hasattr(backend, "attend") \
             or not hasattr(backend, "store_locations"):
         return None
     from . import qk_kernel as qk

@@ -14,7 +14,7 @@ A batch is therefore not one matrix product but `num_experts` of them, each over
 chose that expert. `group_by_expert` sorts the (token, choice) pairs by expert so each expert's
 tokens are contiguous rows; the GPU path then runs all experts in one grouped GEMM per projection
 (`torch._grouped_mm`); the reference path loops over experts and reads like the formula. One
-switch, `MINISGL_MOE=reference|grouped`, picks between them (default: reference on the CPU,
+switch, `EngineConfig.moe_impl` ("reference" | "grouped"), picks between them (default: reference on the CPU,
 grouped on CUDA); tests prove them equal.
 
 Tensor parallelism shards every expert's intermediate dimension: each rank keeps rows
@@ -23,7 +23,6 @@ rank computes a partial sum for every token and one all-reduce joins them, as af
 """
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 
@@ -32,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..tp import all_reduce, shard_range
-from .layers import _param, silu_and_mul
+from .layers import KERNELS, _param, silu_and_mul
 from .llama import MLP, LlamaForCausalLM
 
 
@@ -117,11 +116,8 @@ def _aligned(t: torch.Tensor) -> bool:
 
 
 def moe_impl(x: torch.Tensor) -> str:
-    """The switch: MINISGL_MOE=reference|grouped; default reference on the CPU, grouped on CUDA."""
-    impl = os.environ.get("MINISGL_MOE") or ("grouped" if x.is_cuda else "reference")
-    if impl not in ("reference", "grouped"):
-        raise ValueError(f"MINISGL_MOE must be 'reference' or 'grouped', got {impl!r}")
-    return impl
+    """The switch, `EngineConfig.moe_impl`: reference or grouped; None: reference on the CPU, grouped on CUDA."""
+    return KERNELS.moe or ("grouped" if x.is_cuda else "reference")
 
 
 class Experts(nn.Module):

@@ -17,7 +17,7 @@ import logging
 import os
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -133,8 +133,6 @@ class Rank:
     io: RankIO
     cfg: SchedulerConfig
     name: str
-    prompt_len: dict[int, int] = field(default_factory=dict)  # uid -> prompt tokens, for the usage counts
-    clamped: set[int] = field(default_factory=set)  # uids whose first reply carries the "max_tokens reduced" warning
     recorder: BatchRecorder | None = None  # chapter 8: set by a RecordMsg
     counters: SchedulerCounters = field(default_factory=SchedulerCounters)  # /metrics: sent as SchedulerStats
     running: bool = True
@@ -197,17 +195,14 @@ def handle(st: Rank, msg) -> list:
     if isinstance(msg, UserMsg):
         ids = msg.input_ids.tolist()
         try:
-            req = sched.add_request(msg.uid, ids, msg.sampling_params)
+            sched.add_request(msg.uid, ids, msg.sampling_params)
         except ValueError as e:  # refused, never dropped: the client hears why
             status = 413 if len(ids) >= sched.engine.max_seq_len else 400  # 413: the prompt does not fit the context
             return [DetokenizeMsg(msg.uid, -1, True, "error", len(ids), error=str(e), status=status)]
-        st.prompt_len[msg.uid] = req.prompt_len
         st.counters.queried += req.prompt_len
-        if req.clamped:
-            st.clamped.add(msg.uid)
         return []
     if isinstance(msg, AbortMsg):
-        return [DetokenizeMsg(o.uid, -1, True, "abort", st.prompt_len.pop(o.uid, 0)) for o in sched.abort(msg.uid)]
+        return [DetokenizeMsg(o.uid, -1, True, "abort", o.prompt_len) for o in sched.abort(msg.uid)]
     if isinstance(msg, StatsMsg):
         return [stats(sched, msg.uid)]
     if isinstance(msg, ExitMsg):  # the same step on every rank: nobody is left inside a collective
@@ -226,14 +221,11 @@ def handle(st: Rank, msg) -> list:
 
 def step(st: Rank) -> list:
     """One scheduler step; its tokens as DetokenizeMsgs."""
-    replies, t0 = [], time.perf_counter()
+    t0 = time.perf_counter()
     outs = st.sched.step()
     st.counters.observe_step(st.sched, time.perf_counter() - t0)
-    for out in outs:
-        n = st.prompt_len.pop(out.uid, 0) if out.finished else st.prompt_len.get(out.uid, 0)
-        replies.append(DetokenizeMsg(out.uid, out.token_id, out.finished, out.finish_reason, n,
-                                     clamped=out.uid in st.clamped, logprobs=out.logprobs))
-        st.clamped.discard(out.uid)
+    replies = [DetokenizeMsg(o.uid, o.token_id, o.finished, o.finish_reason, o.prompt_len, clamped=o.clamped,
+                             logprobs=o.logprobs) for o in outs]
     if st.sched.idle:
         st.sched.check_integrity()  # every page is free or cached once nothing runs
     return replies

@@ -30,17 +30,17 @@ def rel(a, b) -> float:
 
 
 class Switch:
-    """Fused kernels off (plain PyTorch on CUDA too) inside the block: the same switch as MINISGL_FUSED=0."""
+    """Fused kernels on or off (plain PyTorch on CUDA too) inside the block: EngineConfig's fused_kernels/qk_kernel."""
 
     def __init__(self, fused: bool, own: bool = True):
         self.fused, self.own = fused, own  # own=False: FlashInfer's kernels only, not ours (qk_kernel.py)
 
     def __enter__(self):
-        self.saved = layers._FUSED, layers.USE_QK_KERNEL
-        layers._FUSED, layers.USE_QK_KERNEL = (False if self.fused else None), self.own
+        self.saved = layers.KERNELS.fused, layers.KERNELS.qk
+        layers.KERNELS.fused, layers.KERNELS.qk = self.fused, self.own
 
     def __exit__(self, *exc):
-        layers._FUSED, layers.USE_QK_KERNEL = self.saved
+        layers.KERNELS.fused, layers.KERNELS.qk = self.saved
 
 
 def test_fused_add_rmsnorm_matches_plain():
@@ -150,7 +150,7 @@ def small_config(tmp: pathlib.Path, name: str, layers_: int) -> str:
 
 def run_logits(path: str, dtype, prompts, attention=None) -> torch.Tensor:
     """Logits of a prefill of `prompts` and of the decode step after it (eager), as float32."""
-    eng = Engine(EngineConfig(path, device="cuda", dtype=dtype, dummy_weights=True, max_running_reqs=8,
+    eng = Engine(EngineConfig(model_path=path, device="cuda", dtype=dtype, dummy_weights=True, max_running_reqs=8,
                               max_total_tokens=8192, cuda_graph_max_bs=0, attention=attention))
     for name, p in eng.model.named_parameters():  # dummy norms are all ones: give them a shape to get wrong
         if name.endswith("norm.weight"):
