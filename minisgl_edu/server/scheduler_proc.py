@@ -195,7 +195,7 @@ def handle(st: Rank, msg) -> list:
     if isinstance(msg, UserMsg):
         ids = msg.input_ids.tolist()
         try:
-            sched.add_request(msg.uid, ids, msg.sampling_params)
+            req = sched.add_request(msg.uid, ids, msg.sampling_params)
         except ValueError as e:  # refused, never dropped: the client hears why
             status = 413 if len(ids) >= sched.engine.max_seq_len else 400  # 413: the prompt does not fit the context
             return [DetokenizeMsg(msg.uid, -1, True, "error", len(ids), error=str(e), status=status)]
