@@ -197,7 +197,15 @@ def bench(device: str, config: str, n: int) -> None:
     dt = time.perf_counter() - t
     tokens = sum(len(o["token_ids"]) for o in outs)
     assert tokens == sum(out_lens), (tokens, sum(out_lens))
-    rows = experts_per_step(llm, tuple(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= max(n, 8)))
+    print(f"anchors' workload: {tokens} tokens in {dt:.2f} s = {tokens / dt:.0f} tok/s", flush=True)
+    try:  # the routing census; a failure here must not lose the throughput above
+        rows = experts_per_step(llm, tuple(b for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) if b <= max(n, 8)))
+    except RuntimeError as e:
+        print(f"experts_per_step failed: {e}"[:300], flush=True)
+        rows = []
+    if not rows:  # no census: the uniform-routing estimate stands in for the measured one
+        e, k = wb.num_experts, next(m for m in eng.model.modules() if isinstance(m, SparseMoeBlock)).top_k
+        rows = [dict(batch=b, distinct_mean=expected_experts_read(b, e, k)) for b in (1, 256)]
     measured = lambda b: float(np.interp(b, [r["batch"] for r in rows], [r["distinct_mean"] for r in rows]))
     lens = [len(p) for p in prompts]
     floor = moe_decode_floor_s(lens, out_lens, wb, kvt, bw)
