@@ -54,7 +54,9 @@ class Workers:
     stopping: threading.Event = field(default_factory=threading.Event)
 
     def dead(self) -> mp.Process | None:
-        return next((p for p in self.procs if p.exitcode is not None), None)
+        gone = [p for p in self.procs if p.exitcode is not None]
+        # one killed by a signal is the cause; a rank that then exits because its peer vanished is a consequence
+        return min(gone, key=lambda p: p.exitcode >= 0, default=None)
 
 
 def start_workers(cfg: SchedulerConfig, frontend: bool = True) -> Workers:
