@@ -136,72 +136,200 @@ def parse_sse_line(line: str):
     return data if data == "[DONE]" else json.loads(data)
 
 
-async def send_one(client, model: str, req: BenchRequest, t0: float) -> RequestResult:
-    """Stream one completion; time its chunks. Never raises: a failure is a RequestResult(ok=False)."""
-    body = {"model": model, "prompt": req.prompt, "max_tokens": req.output_len, "temperature": 0.0,
+class SSEStats:
+    """What one stream's events said so far: token count, first-token and inter-token times, the end."""
+
+    def __init__(self, res: RequestResult, start: float):
+        self.res, self.last, self.chunks, self.done, self.start = res, start, 0, False, start
+
+    def feed(self, lines: list[bytes], now: float) -> bool:
+        """Take complete SSE lines that arrived at `now`; True once the stream is over (done or an error chunk)."""
+        res = self.res
+        for line in lines:
+            obj = parse_sse_line(line.decode())
+            if obj is None:
+                continue
+            if obj == "[DONE]":
+                self.done = True
+                return True
+            if "error" in obj:
+                res.error = f"error chunk: {obj['error']}"
+                return True
+            if obj.get("usage"):
+                res.output_tokens = obj["usage"]["completion_tokens"]
+                res.prompt_len = obj["usage"]["prompt_tokens"] or res.prompt_len
+            choice = (obj.get("choices") or [{}])[0]
+            k = len(choice.get("token_ids") or ()) or (1 if choice.get("text") else 0)
+            if k == 0:
+                continue
+            if self.chunks == 0:
+                res.ttft = now - self.start
+            else:
+                res.itl.extend([(now - self.last) / k] * k)
+            self.last, self.chunks = now, self.chunks + k
+        return False
+
+
+def request_body(model: str, req: BenchRequest) -> dict:
+    return {"model": model, "prompt": req.prompt, "max_tokens": req.output_len, "temperature": 0.0,
             "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+
+
+async def send_one(client, model: str, req: BenchRequest, t0: float) -> RequestResult:
+    """Stream one completion; time its chunks. Never raises: a failure is a RequestResult(ok=False).
+    `client` is an httpx.AsyncClient (the naive twin) or a RawClient (plain http://, a fraction of the CPU)."""
     res = RequestResult(False, prompt_len=req.prompt_len)
     start = time.perf_counter()
     res.start = start - t0
-    last, chunks, done = start, 0, False
+    sse = SSEStats(res, start)
     try:
-        async with client.stream("POST", "/v1/completions", json=body) as r:
+        async with client.stream("POST", "/v1/completions", json=request_body(model, req)) as r:
             if r.status_code != 200:
                 res.error = f"HTTP {r.status_code}: {(await r.aread())[:200].decode(errors='replace')}"
                 return res
             buf = b""
             async for data in r.aiter_raw():  # raw reads, split here: cheaper than aiter_lines per event
-                now = time.perf_counter()  # what one read brings arrived together
-                buf += data
-                *lines, buf = buf.split(b"\n")
-                for line in lines:
-                    obj = parse_sse_line(line.decode())
-                    if obj is None:
-                        continue
-                    if obj == "[DONE]":
-                        done = True
-                        break
-                    if "error" in obj:
-                        res.error = f"error chunk: {obj['error']}"
-                        return res
-                    if obj.get("usage"):
-                        res.output_tokens = obj["usage"]["completion_tokens"]
-                        res.prompt_len = obj["usage"]["prompt_tokens"] or res.prompt_len
-                    choice = (obj.get("choices") or [{}])[0]
-                    k = len(choice.get("token_ids") or ()) or (1 if choice.get("text") else 0)
-                    if k == 0:
-                        continue
-                    if chunks == 0:
-                        res.ttft = now - start
-                    else:
-                        res.itl.extend([(now - last) / k] * k)
-                    last, chunks = now, chunks + k
-                if done:
+                *lines, buf = (buf + data).split(b"\n")
+                if sse.feed(lines, time.perf_counter()):  # what one read brings arrived together
                     break
     except Exception as e:  # a dropped connection, a malformed chunk, a timeout
         res.error = f"{type(e).__name__}: {e}"
         return res
+    if res.error is not None:
+        return res
     res.e2e = time.perf_counter() - start
-    if not done:
+    if not sse.done:
         res.error = "the stream ended without [DONE]"
         return res
-    res.output_tokens = res.output_tokens or chunks
+    res.output_tokens = res.output_tokens or sse.chunks
     res.ok = True
     return res
+
+
+# ---- a client cheap enough not to be the bottleneck -----------------------------------------------
+class Dechunk:
+    """HTTP/1.1 chunked transfer decoding, incrementally: feed bytes, get the payload that is complete."""
+
+    def __init__(self):
+        self.buf, self.done = b"", False
+
+    def feed(self, data: bytes) -> bytes:
+        self.buf += data
+        out = []
+        while not self.done:
+            eol = self.buf.find(b"\r\n")
+            if eol < 0:
+                break
+            size = int(self.buf[:eol].split(b";")[0], 16)
+            if len(self.buf) < eol + 2 + size + 2:
+                break  # the chunk has not fully arrived
+            out.append(self.buf[eol + 2:eol + 2 + size])
+            self.buf = self.buf[eol + 2 + size + 2:]
+            self.done = size == 0
+        return b"".join(out)
+
+
+class RawResponse:
+    def __init__(self, reader, status_code: int, headers: dict[str, str]):
+        self.reader, self.status_code, self.headers = reader, status_code, headers
+        self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+        self.length = int(headers["content-length"]) if "content-length" in headers else None
+
+    async def aiter_raw(self):
+        dechunk, left = Dechunk(), self.length
+        while not dechunk.done and left != 0:
+            data = await self.reader.read(1 << 16)
+            if not data:
+                if self.chunked or (left or 0) > 0:
+                    raise ConnectionError("the connection closed mid-body")
+                return
+            if self.chunked:
+                data = dechunk.feed(data)
+            elif left is not None:
+                left -= len(data)
+            if data:
+                yield data
+
+    async def aread(self) -> bytes:
+        return b"".join([d async for d in self.aiter_raw()])
+
+
+class RawClient:
+    """Just enough HTTP/1.1 over asyncio streams for the load (plain http://, one connection per request):
+    httpx's layers (httpcore, h11, anyio) cost ~100 us of CPU per streamed event, which made the client,
+    not the server, the ceiling at ~10k tokens/s. httpx stays the twin (`--http-client httpx`)."""
+
+    def __init__(self, base_url: str, headers: dict[str, str], timeout: float):
+        from urllib.parse import urlsplit
+        u = urlsplit(base_url)
+        if u.scheme != "http":
+            raise ValueError(f"the raw client speaks plain http:// only, not {base_url!r} (use --http-client httpx)")
+        self.host, self.port, self.prefix = u.hostname, u.port or 80, u.path.rstrip("/")
+        self.headers, self.timeout = headers, timeout
+
+    def stream(self, method: str, path: str, json=None):
+        import contextlib
+        import json as jsonlib
+
+        @contextlib.asynccontextmanager
+        async def cm():
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), 30)
+            try:
+                body = jsonlib.dumps(json).encode() if json is not None else b""
+                head = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host}:{self.port}",
+                        "Connection: close", "Accept: text/event-stream", f"Content-Length: {len(body)}"]
+                head += ["Content-Type: application/json"] if json is not None else []
+                head += [f"{k}: {v}" for k, v in self.headers.items()]
+                writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+                raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.timeout)
+                lines = raw.decode("latin-1").split("\r\n")
+                status = int(lines[0].split()[1])
+                headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
+                yield RawResponse(reader, status, headers)
+            finally:
+                writer.close()
+        return cm()
+
+    async def get(self, path: str):
+        async with self.stream("GET", path) as r:
+            body = await r.aread()
+        return RawGet(r.status_code, body)
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return None
+
+
+@dataclass
+class RawGet:
+    status_code: int
+    content: bytes
+
+    def json(self):
+        return json.loads(self.content)
+
+    def raise_for_status(self) -> None:
+        if self.status_code != 200:
+            raise RuntimeError(f"HTTP {self.status_code}: {self.content[:200]!r}")
 
 
 # ---- the load ------------------------------------------------------------------------------------
 async def run_load(base_url: str, reqs: list[BenchRequest], request_rate: float = math.inf,
                    max_concurrency: int | None = None, model: str | None = None, seed: int = 0,
                    progress: bool = True, api_key: str | None = None, timeout: float = 3600.0,
-                   scrape_interval: float | None = None) -> tuple[list[RequestResult], float]:
+                   scrape_interval: float | None = None, http_client: str = "raw") -> tuple[list[RequestResult], float]:
     """Send every request (Poisson arrivals at request_rate, inf = all at once); return results and seconds."""
     import httpx
     from tqdm.auto import tqdm
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
-    async with httpx.AsyncClient(base_url=base_url, timeout=httpx.Timeout(timeout, connect=30.0), limits=limits,
-                                 headers=headers) as client:
+    if http_client == "raw" and not base_url.startswith("http://"):
+        http_client = "httpx"  # https and the rest: the general client
+    client = RawClient(base_url, headers, timeout) if http_client == "raw" else httpx.AsyncClient(
+        base_url=base_url, timeout=httpx.Timeout(timeout, connect=30.0), limits=limits, headers=headers)
+    async with client:
         if model is None:
             r = await client.get("/v1/models")
             r.raise_for_status()
@@ -283,15 +411,61 @@ def print_summary(s: dict, title: str) -> None:
               f"p99 {v['p99']:9.2f}")
 
 
+# ---- where the CPU goes: each process's CPU seconds during the load (Linux /proc) ------------------
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process (all its threads) so far; None if it is gone or not Linux."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()  # the name may hold spaces: split after it
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
+
+
+def server_pids(base_url: str) -> dict[str, int]:
+    """The server's processes by name, from /health (ours lists its workers and its own pid; others: {})."""
+    import httpx
+    try:
+        h = httpx.get(base_url + "/health", timeout=10).json()
+    except Exception:
+        return {}
+    pids = {k: v for k, v in (h.get("workers") or {}).items() if isinstance(v, int)}
+    return pids | ({"api": h["pid"]} if isinstance(h.get("pid"), int) else {})
+
+
+def cpu_report(pids: dict[str, int], before: dict[str, float], seconds: float, tokens: int) -> dict:
+    """{process: cpu_s, cpu_pct (of one core), us_per_token}: serve throughput <= 1 / the largest us_per_token
+    when each process has a core of its own."""
+    out = {}
+    for name, pid in pids.items():
+        now = cpu_seconds(pid)
+        if now is not None and name in before:
+            cpu = now - before[name]
+            out[name] = {"cpu_s": cpu, "cpu_pct": 100 * cpu / max(seconds, 1e-9),
+                         "us_per_token": 1e6 * cpu / max(tokens, 1)}
+    return out
+
+
+def print_cpu(report: dict) -> None:
+    if report:
+        print("CPU per output token: " + "; ".join(f"{k} {v['us_per_token']:.1f} us ({v['cpu_pct']:.0f}%)"
+                                                   for k, v in sorted(report.items())), flush=True)
+
+
 def bench_serve(args) -> dict:
     reqs = make_requests(args)
     if args.warmup:
         warm = random_requests(args.warmup, args.seed + 10_000, (16, 32), (4, 8), args.vocab)
-        asyncio.run(run_load(args.base_url, warm, progress=False, api_key=args.api_key, model=args.model))
+        asyncio.run(run_load(args.base_url, warm, progress=False, api_key=args.api_key, model=args.model,
+                             http_client=args.http_client))
+    pids = server_pids(args.base_url) | {"client": os.getpid()}  # this process: is the client the bottleneck?
+    before = {k: c for k, p in pids.items() if (c := cpu_seconds(p)) is not None}
     results, duration = asyncio.run(run_load(args.base_url, reqs, args.request_rate, args.max_concurrency,
                                              args.model, args.seed, not args.no_progress, args.api_key,
-                                             scrape_interval=getattr(args, "scrape_interval", None)))
+                                             scrape_interval=getattr(args, "scrape_interval", None),
+                                             http_client=args.http_client))
     s = summarize(results, duration)
+    s["cpu"] = cpu_report(pids, before, duration, s["total_output_tokens"])
     s.update(config={k: v for k, v in vars(args).items() if k != "api_key"})
     s["config"]["request_rate"] = str(args.request_rate)
     return s
@@ -480,6 +654,7 @@ def bench_compare(args) -> dict:
                 f"{k} {row[k]['output_throughput']:.1f} tok/s (x{row['ratio'][k]:.3f}, failed {row[k].get('failed', 0)})"
                 for k in row["ratio"] if k in row) + "".join(
                 f"; {k} x{v:.3f}" for k, v in row["ratio"].items() if k not in row), flush=True)
+            print_cpu(row["serve"].get("cpu", {}))
             runs.append(row)
             save_partial(args, {"runs": runs, "sweep": []})
         sweep = run_sweep(args, server("serve"), runs) if args.sweep_rates else []
@@ -581,6 +756,8 @@ def parse_args(argv=None):
         p.add_argument("--request-rate", type=float, default=math.inf, help="Poisson arrivals per second (inf: all "
                                                                             "at once)")
         p.add_argument("--max-concurrency", type=int, default=None)
+        p.add_argument("--http-client", choices=["raw", "httpx"], default="raw",
+                       help="raw: our minimal HTTP/1.1 client (http:// only; ~10x less CPU per event); httpx: the twin")
     for p in (o, c):
         p.add_argument("--model-path", default=None, help="model folder (default: the default model)")
         p.add_argument("--device", default=None)
@@ -614,6 +791,7 @@ def main(argv=None) -> int:
     if args.cmd == "serve":
         out = bench_serve(args)
         print_summary(out, f"serve {args.base_url}")
+        print_cpu(out["cpu"])
     elif args.cmd == "offline":
         out = bench_offline(args)
         print(f"offline: {out['completed']} requests, {out['output_throughput']:.1f} output tok/s")

@@ -310,7 +310,7 @@ async def health(request: Request):
     frontend: Frontend = request.app.state.frontend
     if frontend.dead:
         return JSONResponse({"status": "unhealthy", "reason": frontend.dead}, 503)
-    return {"status": "ok", "workers": frontend.pids}
+    return {"status": "ok", "workers": frontend.pids, "pid": os.getpid()}  # pid: the API process (bench's CPU report)
 
 
 async def models(request: Request):
