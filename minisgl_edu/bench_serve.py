@@ -459,6 +459,8 @@ def bench_serve(args) -> dict:
         asyncio.run(run_load(args.base_url, warm, progress=False, api_key=args.api_key, model=args.model,
                              http_client=args.http_client))
     pids = server_pids(args.base_url) | {"client": os.getpid()}  # this process: is the client the bottleneck?
+    if "api" not in pids and getattr(args, "server_pid", None):  # a server whose /health does not say (an older one)
+        pids["api"] = args.server_pid
     before = {k: c for k, p in pids.items() if (c := cpu_seconds(p)) is not None}
     results, duration = asyncio.run(run_load(args.base_url, reqs, args.request_rate, args.max_concurrency,
                                              args.model, args.seed, not args.no_progress, args.api_key,
@@ -643,6 +645,7 @@ def bench_compare(args) -> dict:
                     continue
                 url = server("baseline" if which == "baseline" else "serve")
                 a = with_url(args, url, seed)
+                a.server_pid = servers["baseline" if which == "baseline" else "serve"][0].pid
                 a.scrape_interval = 1.0 if which == "serve_scraped" else None
                 row[which] = bench_serve_timed(a, url)
             off = row["offline"]["output_throughput"]

@@ -25,6 +25,7 @@ a non-streamed body).
 from __future__ import annotations
 
 import asyncio
+import collections
 import hmac
 import itertools
 import json
@@ -42,8 +43,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..messages import (AbortMsg, SchedulerStats, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode, encode,
-                        unbatch)
+from ..messages import (AbortMsg, ReplyColumns, SchedulerStats, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode,
+                        encode, unbatch)
 from ..req import SamplingParams
 from .common import ServerConfig, trace
 from .protocol import (APIError, ChatRequest, CommonParams, CompletionRequest, DetokenizeRequest, TokenizeRequest,
@@ -86,6 +87,48 @@ class StopStrings:
 
 
 # ---- the link to the workers ---------------------------------------------------------------------
+DISCONNECT_CHECK_S = 0.5  # how often a request waiting for its next reply looks whether its client is still there
+
+
+class Inbox:
+    """One request's replies as they arrive, and the future its reader sleeps on: an asyncio.Queue read through
+    wait_for(timeout) costs a task and a timer per wait, per token; this costs one future (the timeout is
+    Frontend.tick's, shared by all)."""
+    __slots__ = ("items", "waiter")
+
+    def __init__(self):
+        self.items: collections.deque = collections.deque()
+        self.waiter: asyncio.Future | None = None
+
+    def put_nowait(self, reply) -> None:
+        self.items.append(reply)
+        self.wake()
+
+    def wake(self) -> None:
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def empty(self) -> bool:
+        return not self.items
+
+    def get_nowait(self):
+        return self.items.popleft()
+
+    async def wait(self) -> None:
+        """Until a reply arrives or the next tick."""
+        self.waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self.waiter
+        finally:
+            self.waiter = None
+
+    async def get(self):
+        while not self.items:
+            await self.wait()
+        return self.items.popleft()
+
+
 class Frontend:
     """The API server's end of the pipes: sends to the tokenizers, receives from the detokenizer."""
 
@@ -113,9 +156,9 @@ class Frontend:
     def new_uid(self) -> int:
         return next(self.uids)
 
-    def open(self, uid: int) -> asyncio.Queue:
-        """Register the queue the replies for `uid` will land in."""
-        self.queues[uid] = asyncio.Queue()
+    def open(self, uid: int) -> asyncio.Queue | Inbox:
+        """Register the queue the replies for `uid` will land in (--naive-stream: an asyncio.Queue)."""
+        self.queues[uid] = asyncio.Queue() if self.cfg.naive_stream else Inbox()
         return self.queues[uid]
 
     def close(self, uid: int, abort: bool) -> None:
@@ -128,8 +171,13 @@ class Frontend:
         sock.bind(self.addrs.frontend)
         try:
             while True:
-                replies = unbatch(decode(await sock.recv()))
-                trace(self.cfg, "api", "recv UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
+                raws = [await sock.recv()]
+                while not self.cfg.naive_stream and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    raws.append(await sock.recv())  # a backlog: every request wakes once for all of it
+                replies = [r for raw in raws for m in unbatch(decode(raw))
+                           for r in (m.rows() if isinstance(m, ReplyColumns) else (m,))]
+                if self.cfg.hop_log:
+                    trace(self.cfg, "api", "recv UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
                 replies = self.observe(replies)
                 for reply in replies:
                     q = self.queues.get(reply.uid)
@@ -151,6 +199,14 @@ class Frontend:
             out.append(reply)
         return out
 
+    async def tick(self) -> None:
+        """Wake every waiting request every DISCONNECT_CHECK_S, to look whether its client has gone."""
+        while True:
+            await asyncio.sleep(DISCONNECT_CHECK_S)
+            for q in list(self.queues.values()):
+                if isinstance(q, Inbox):
+                    q.wake()
+
     def close_sockets(self) -> None:
         for s in self.to_tokenizers:
             s.close(linger=0)
@@ -162,18 +218,25 @@ class Frontend:
             q.put_nowait(UserReply(uid, "", True, "error", error=reason, status=503))
 
 
-async def next_reply(q: asyncio.Queue, request: Request, coalesce: bool = True):
+async def next_reply(q: asyncio.Queue | Inbox, request: Request, coalesce: bool = True):
     """The next reply for this request; None if the client has gone away meanwhile. With `coalesce`, every
     reply already waiting is merged into it: one SSE event for what arrived while we were busy."""
-    while q.empty():  # wait_for costs a task per call: only pay it when there is nothing to take
-        try:
-            reply = await asyncio.wait_for(q.get(), timeout=0.5)
-            break
-        except asyncio.TimeoutError:
-            if await request.is_disconnected():
+    if isinstance(q, Inbox):
+        while q.empty():
+            await q.wait()  # a reply, or Frontend.tick
+            if q.empty() and await request.is_disconnected():
                 return None
-    else:
         reply = q.get_nowait()
+    else:
+        while q.empty():  # the naive twin: wait_for costs a task per call
+            try:
+                reply = await asyncio.wait_for(q.get(), timeout=DISCONNECT_CHECK_S)
+                break
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    return None
+        else:
+            reply = q.get_nowait()
     while coalesce and not q.empty() and not reply.finished and isinstance(reply, UserReply):
         reply = merge_replies(reply, q.get_nowait())
     return reply
@@ -255,10 +318,11 @@ def context_length(cfg: ServerConfig) -> int | None:
 async def lifespan(app: FastAPI):
     frontend: Frontend = app.state.frontend
     frontend.loop = asyncio.get_running_loop()
-    task = asyncio.create_task(frontend.listen())
+    tasks = [asyncio.create_task(frontend.listen()), asyncio.create_task(frontend.tick())]
     yield
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)  # its `finally` closes the socket
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)  # listen's `finally` closes the socket
 
 
 RANGE_ERRORS = {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "too_long", "too_short",
@@ -476,8 +540,9 @@ async def respond(request: Request, body: CommonParams, make_msg, sp: SamplingPa
             "model": cfg.served_name}
     streams = [stream_replies(frontend, uid, q, f, StopStrings(body.stops), request) for uid, q, f in started]
     if body.stream:
-        return StreamingResponse(sse(merge(streams), meta, chat, body.include_usage, len(streams)),
-                                 media_type="text/event-stream", headers=headers)
+        events = sse(merge(streams), meta, chat, body.include_usage, len(streams), not cfg.naive_stream,
+                     cfg.skip_tokenizer_init)
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
     choices = await asyncio.gather(*(collect(s) for s in streams))
     dead = next((c[2] for c in choices if c[2].error is not None), None)
     if dead is not None:
@@ -545,9 +610,46 @@ async def stream_replies(frontend: Frontend, uid: int, q: asyncio.Queue, first: 
         frontend.close(uid, abort=not engine_done)  # a stop string, a gone client: free its pages
 
 
-async def sse(replies, meta: dict, chat: bool, include_usage: bool, n: int) -> AsyncIterator[str]:
-    """Server-sent events: a role chunk (chat), one chunk per piece of text, the finish, usage, [DONE]."""
-    event = lambda obj: f"data: {json.dumps(obj)}\n\n"
+def event(obj: dict) -> str:
+    return f"data: {json.dumps(obj)}\n\n"
+
+
+TEXT_MARK, IDS_MARK = "\x00text\x00", "\x00ids\x00"  # placeholders no server-made id or name holds
+
+
+@dataclass
+class ChunkTemplate:
+    """A choice's text chunk (no logprobs) as constant strings around its JSON-escaped text (and token ids):
+    the same bytes as event(chunk_body(...)), without building and encoding the whole body per event."""
+    head: str
+    mid: str
+    tail: str
+    with_ids: bool
+
+    @staticmethod
+    def of(meta: dict, chat: bool, index: int, with_ids: bool) -> "ChunkTemplate | None":
+        body = chunk_body(meta, chat, index, TEXT_MARK, None, None)
+        if with_ids:
+            body["choices"][0]["token_ids"] = IDS_MARK
+        text = event(body)
+        marks = [json.dumps(TEXT_MARK)] + ([json.dumps(IDS_MARK)] if with_ids else [])
+        if any(text.count(m) != 1 for m in marks):
+            return None  # the caller falls back to chunk_body
+        head, _, rest = text.partition(marks[0])
+        mid, _, tail = rest.partition(marks[1]) if with_ids else ("", "", rest)
+        return ChunkTemplate(head, mid, tail, with_ids)
+
+    def render(self, text: str, ids: list[int] | None) -> str:
+        if self.with_ids:  # json.dumps of a list of ints, joined by hand
+            return f"{self.head}{json.dumps(text)}{self.mid}[{', '.join(map(str, ids))}]{self.tail}"
+        return f"{self.head}{json.dumps(text)}{self.tail}"
+
+
+async def sse(replies, meta: dict, chat: bool, include_usage: bool, n: int, fast: bool = True,
+              with_ids: bool = False) -> AsyncIterator[str]:
+    """Server-sent events: a role chunk (chat), one chunk per piece of text, the finish, usage, [DONE].
+    `fast`: text chunks through a ChunkTemplate per choice (with_ids: every text chunk carries token ids)."""
+    templates = [ChunkTemplate.of(meta, chat, i, with_ids) if fast else None for i in range(n)]
     if chat:
         for i in range(n):
             yield event(chunk_body(meta, chat, i, "", None, None, role=True))
@@ -559,11 +661,15 @@ async def sse(replies, meta: dict, chat: bool, include_usage: bool, n: int) -> A
             yield event({"error": {"message": reply.error, "type": "service_unavailable"}})
             return
         if text or reply.logprobs or reply.output_ids:
-            body = chunk_body(meta, chat, i, text, None, reply.logprobs, offset=offset[i])
-            if reply.output_ids is not None:  # --skip-tokenizer-init: the chunk's token ids
-                body["choices"][0]["token_ids"] = reply.output_ids
-            yield event(body)
-            offset[i] += sum(len(e["token"]) for e in reply.logprobs or [])
+            t = templates[i]
+            if t is not None and reply.logprobs is None and (reply.output_ids is not None) == t.with_ids:
+                yield t.render(text, reply.output_ids)
+            else:
+                body = chunk_body(meta, chat, i, text, None, reply.logprobs, offset=offset[i])
+                if reply.output_ids is not None:  # --skip-tokenizer-init: the chunk's token ids
+                    body["choices"][0]["token_ids"] = reply.output_ids
+                yield event(body)
+                offset[i] += sum(len(e["token"]) for e in reply.logprobs or [])
         if reply.finished:
             yield event(chunk_body(meta, chat, i, None if chat else "", reply.finish_reason, None))
     if include_usage and last:

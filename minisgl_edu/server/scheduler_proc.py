@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .. import tp
-from ..config import SchedulerConfig
+from ..config import SchedulerConfig, ServerConfig
 from ..messages import (AbortMsg, BatchRecord, BatchTokenizerMsg, DetokenizeMsg, ExitMsg, RankReport, RecordMsg,
-                        ReportMsg, StatsMsg, StatsReply, UserMsg, decode, unbatch)
+                        ReportMsg, StatsMsg, StatsReply, TokenColumns, UserMsg, decode, unbatch)
 from ..scheduler import Scheduler, build_scheduler
 from .common import exit_child, send_ack, setup_child, trace
 from .metrics import SchedulerCounters
@@ -136,6 +136,7 @@ class Rank:
     recorder: BatchRecorder | None = None  # chapter 8: set by a RecordMsg
     counters: SchedulerCounters = field(default_factory=SchedulerCounters)  # /metrics: sent as SchedulerStats
     running: bool = True
+    columns: bool = False  # a step's plain tokens as one TokenColumns (serve; not --naive-stream, not LLM(tp>1))
 
 
 def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid: int) -> None:
@@ -158,7 +159,8 @@ def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid:
     if rank == 0:  # the primary rank alone acks, and only once every rank is ready
         send_ack(addrs.ack, name)
     try:
-        scheduler_loop(Rank(sched, io, cfg, name))
+        columns = isinstance(cfg, ServerConfig) and not cfg.naive_stream  # LLM(tp>1) reads DetokenizeMsgs itself
+        scheduler_loop(Rank(sched, io, cfg, name, columns=columns))
     except BaseException as e:
         log.exception("%s failed", name)  # the server's log (the launcher has stopped reading acks)
         send_ack(addrs.ack, name, e)  # LLM(tp>1) raises RankFailed with it
@@ -174,7 +176,8 @@ def scheduler_loop(st: Rank) -> None:
         with sched.tracer.span("receive") if sched.tracer and busy else nullcontext({}) as args:
             msgs = [m for raw in tp.receive(st.io, not busy, st.cfg.use_count) for m in unbatch(decode(raw))]
             args["messages"] = len(msgs)
-        trace(st.cfg, st.name, "recv UserMsg", [m.uid for m in msgs if isinstance(m, UserMsg)])
+        if st.cfg.hop_log:  # the hop log's lists cost a pass over every message: only when asked for
+            trace(st.cfg, st.name, "recv UserMsg", [m.uid for m in msgs if isinstance(m, UserMsg)])
         for msg in msgs:
             if st.running:  # nothing after an ExitMsg counts
                 replies += handle(st, msg)
@@ -182,8 +185,9 @@ def scheduler_loop(st: Rank) -> None:
             replies += step(st)
         if st.io.rank == 0 and st.counters.due(time.monotonic(), not sched.idle, (busy or bool(msgs)) and sched.idle):
             replies.append(st.counters.message(sched))
-        if st.io.rank == 0:
-            trace(st.cfg, st.name, "send DetokenizeMsg", [r.uid for r in replies if isinstance(r, DetokenizeMsg)])
+        if st.io.rank == 0 and st.cfg.hop_log:
+            trace(st.cfg, st.name, "send DetokenizeMsg", [u for r in replies for u in (
+                r.uids if isinstance(r, TokenColumns) else [r.uid] if isinstance(r, DetokenizeMsg) else [])])
         st.io.send(replies)
     if sched.tracer is not None:
         log.info("step trace: %s", sched.tracer.save())
@@ -220,12 +224,20 @@ def handle(st: Rank, msg) -> list:
 
 
 def step(st: Rank) -> list:
-    """One scheduler step; its tokens as DetokenizeMsgs."""
+    """One scheduler step; its tokens as DetokenizeMsgs (the plain ones as one TokenColumns when `st.columns`)."""
     t0 = time.perf_counter()
     outs = st.sched.step()
     st.counters.observe_step(st.sched, time.perf_counter() - t0)
-    replies = [DetokenizeMsg(o.uid, o.token_id, o.finished, o.finish_reason, o.prompt_len, clamped=o.clamped,
-                             logprobs=o.logprobs) for o in outs]
+    replies, uids, tokens = [], [], []
+    for o in outs:
+        if st.columns and not o.finished and o.logprobs is None and not o.clamped:
+            uids.append(o.uid)
+            tokens.append(o.token_id)
+        else:
+            replies.append(DetokenizeMsg(o.uid, o.token_id, o.finished, o.finish_reason, o.prompt_len,
+                                         clamped=o.clamped, logprobs=o.logprobs))
+    if uids:  # a step's uids are distinct: the columns may go first
+        replies.insert(0, TokenColumns(uids, tokens))
     if st.sched.idle:
         st.sched.check_integrity()  # every page is free or cached once nothing runs
     return replies

@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass, field
 
 from ..messages import (BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ExitMsg, SchedulerStats, StatsReply,
-                        TokenizeMsg, UserMsg, UserReply, decode, unbatch)
+                        TokenColumns, TokenizeMsg, UserMsg, UserReply, decode, reply_columns, unbatch)
 from .common import ServerConfig, exit_child, send_ack, setup_child, trace
 from .queues import Addresses, Queue, pull, push
 
@@ -219,14 +219,16 @@ def detokenize_loop(tok, inbox: Queue, to_frontend: Queue, cfg: ServerConfig) ->
     states: dict[int, DecodeState] = {}
     while True:
         replies = []
-        msgs = receive_all(inbox)
-        trace(cfg, "detokenizer", "recv DetokenizeMsg", [m.uid for m in msgs if isinstance(m, DetokenizeMsg)])
+        msgs = [r for m in receive_all(inbox) for r in (m.rows() if isinstance(m, TokenColumns) else (m,))]
+        if cfg.hop_log:
+            trace(cfg, "detokenizer", "recv DetokenizeMsg", [m.uid for m in msgs if isinstance(m, DetokenizeMsg)])
         for msg in msgs:
             if isinstance(msg, (StatsReply, SchedulerStats)):
                 replies.append(msg)
         replies += detokenize_step(tok, states, [m for m in msgs if isinstance(m, DetokenizeMsg)], cfg.naive_stream)
         if replies:
-            trace(cfg, "detokenizer", "send UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
-            to_frontend.put(BatchFrontendMsg(replies))
+            if cfg.hop_log:
+                trace(cfg, "detokenizer", "send UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
+            to_frontend.put(BatchFrontendMsg(replies if cfg.naive_stream else reply_columns(replies)))
         if any(isinstance(m, ExitMsg) for m in msgs):
             return
