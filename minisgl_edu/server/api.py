@@ -46,7 +46,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..messages import (AbortMsg, ReplyColumns, SchedulerStats, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode,
                         encode, unbatch)
 from ..req import SamplingParams
-from .common import ServerConfig, trace
+from .common import ServerConfig, freeze_startup_objects, trace
 from .protocol import (APIError, ChatRequest, CommonParams, CompletionRequest, DetokenizeRequest, TokenizeRequest,
                        chat_prompt, chunk_body, completion_prompt, error_body, model_card, response_body,
                        sampling_params, usage_chunk)
@@ -319,6 +319,7 @@ async def lifespan(app: FastAPI):
     frontend: Frontend = app.state.frontend
     frontend.loop = asyncio.get_running_loop()
     tasks = [asyncio.create_task(frontend.listen()), asyncio.create_task(frontend.tick())]
+    freeze_startup_objects("api")  # FastAPI's routes, pydantic's models: scanned once, not every full collection
     yield
     for task in tasks:
         task.cancel()

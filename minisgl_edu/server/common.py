@@ -6,6 +6,7 @@ never leaves orphans holding memory.
 """
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -61,3 +62,29 @@ def trace(cfg, proc: str, event: str, uids) -> None:
     now = time.time()
     with open(cfg.hop_log, "a") as f:  # small appends to one file are not interleaved mid-line
         f.write("".join(json.dumps({"t": now, "proc": proc, "event": event, "uid": u}) + "\n" for u in uids))
+
+
+GC_LOG_MS = float(os.environ.get("MINISGL_GC_LOG_MS", "0"))  # > 0: log every garbage collection longer than this
+
+
+def freeze_startup_objects(name: str) -> None:
+    """Call once a process has loaded what it keeps (model, tokenizer, app): the collector never scans those
+    objects again. A full collection walks every tracked object, and a process holding millions stops for
+    tens to hundreds of ms, a stall every client of a streaming server sees as one long inter-token gap."""
+    gc.collect()
+    gc.freeze()
+    if GC_LOG_MS > 0:
+        watch_gc(name, GC_LOG_MS)
+
+
+def watch_gc(name: str, threshold_ms: float) -> None:
+    """Log each collection that takes longer than threshold_ms (MINISGL_GC_LOG_MS=...): finds periodic stalls."""
+    started = [0.0]
+
+    def callback(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.perf_counter()
+        elif (ms := 1e3 * (time.perf_counter() - started[0])) > threshold_ms:
+            log.warning("%s: gc generation %d took %.1f ms (%d collected)", name, info["generation"], ms,
+                        info["collected"])
+    gc.callbacks.append(callback)

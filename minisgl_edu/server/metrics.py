@@ -163,17 +163,21 @@ class SchedulerCounters:
     queried: int = 0
     hits: int = 0
     steps: dict[str, Histogram] = field(default_factory=dict)
+    prefill_tokens: int = 0  # tokens extended by prefill steps (StatsReply)
     seen_steps: int = 0  # how many of sched.stats were counted
     next_send: float = 0.0
 
     def observe_step(self, sched, seconds: float) -> None:
         """One loop step took `seconds`; attribute it to the phase of the batch it launched (if any)."""
         new = sched.stats[self.seen_steps:]
-        self.seen_steps = len(sched.stats)
         for s in new:
             self.hits += s.cache_hit_tokens
+            self.prefill_tokens += s.tokens if s.phase == "prefill" else 0
         if new:
             self.steps.setdefault(new[-1].phase, Histogram(STEP_BUCKETS)).observe(seconds)
+        if sched.tracer is None:  # only the step trace reads the list again (its length): keep it from growing
+            sched.stats.clear()
+        self.seen_steps = len(sched.stats)
 
     def message(self, sched):
         from ..messages import SchedulerStats

@@ -26,7 +26,7 @@ from ..config import SchedulerConfig, ServerConfig
 from ..messages import (AbortMsg, BatchRecord, BatchTokenizerMsg, DetokenizeMsg, ExitMsg, RankReport, RecordMsg,
                         ReportMsg, StatsMsg, StatsReply, TokenColumns, UserMsg, decode, unbatch)
 from ..scheduler import Scheduler, build_scheduler
-from .common import exit_child, send_ack, setup_child, trace
+from .common import exit_child, freeze_startup_objects, send_ack, setup_child, trace
 from .metrics import SchedulerCounters
 from .queues import Addresses, publisher, pull, push, subscriber
 
@@ -156,6 +156,7 @@ def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid:
     except BaseException as e:  # the launcher (or LLM) names this rank, with the traceback
         send_ack(addrs.ack, name, e)
         exit_child(1)
+    freeze_startup_objects(name)  # the model and its ledger stay: the collector need not walk them again
     if rank == 0:  # the primary rank alone acks, and only once every rank is ready
         send_ack(addrs.ack, name)
     try:
@@ -208,7 +209,7 @@ def handle(st: Rank, msg) -> list:
     if isinstance(msg, AbortMsg):
         return [DetokenizeMsg(o.uid, -1, True, "abort", o.prompt_len) for o in sched.abort(msg.uid)]
     if isinstance(msg, StatsMsg):
-        return [stats(sched, msg.uid)]
+        return [stats(sched, msg.uid, st.counters)]
     if isinstance(msg, ExitMsg):  # the same step on every rank: nobody is left inside a collective
         st.running = False
         return [ExitMsg()]  # the detokenizer stops after our last words
@@ -250,7 +251,7 @@ def report(st: Rank) -> RankReport:
                       [t.reshape(-1) for t in logits], engine.vocab_size)
 
 
-def stats(sched, uid: int) -> StatsReply:
+def stats(sched, uid: int, counters: SchedulerCounters) -> StatsReply:
     integrity = "busy"
     if sched.idle:
         try:
@@ -258,7 +259,6 @@ def stats(sched, uid: int) -> StatsReply:
             integrity = "ok"
         except AssertionError as e:
             integrity = f"failed: {e}"
-    pool = sched.pool
-    prefills = [s for s in sched.stats if s.phase == "prefill"]
+    pool = sched.pool  # the counters, not sched.stats: that list is cleared as it is counted
     return StatsReply(uid, pool.num_pages, pool.num_free_pages, sched.cache.size // pool.page_size, len(sched.live),
-                      integrity, sum(s.tokens for s in prefills), sum(s.cache_hit_tokens for s in prefills))
+                      integrity, counters.prefill_tokens, counters.hits)

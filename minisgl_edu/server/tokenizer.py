@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from ..messages import (BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ExitMsg, SchedulerStats, StatsReply,
                         TokenColumns, TokenizeMsg, UserMsg, UserReply, decode, reply_columns, unbatch)
-from .common import ServerConfig, exit_child, send_ack, setup_child, trace
+from .common import ServerConfig, exit_child, freeze_startup_objects, send_ack, setup_child, trace
 from .queues import Addresses, Queue, pull, push
 
 log = logging.getLogger("minisgl_edu")
@@ -50,6 +50,7 @@ def tokenize_worker(tokenizer_id: int, cfg: ServerConfig, addrs: Addresses, pare
     except BaseException as e:
         send_ack(addrs.ack, name, e)
         raise SystemExit(1)
+    freeze_startup_objects(name)  # the tokenizer's Python objects stay for good
     send_ack(addrs.ack, name)
     if tokenizer_id == addrs.num_tokenizers:
         detokenize_loop(tok, inbox, to_frontend, cfg)
