@@ -351,3 +351,8 @@ def decode(raw: bytes) -> Any:
 def unbatch(msg: Any) -> list:
     """A batch wrapper -> its messages; any other message -> [it]."""
     return list(msg.data) if isinstance(msg, (BatchBackendMsg, BatchTokenizerMsg, BatchFrontendMsg)) else [msg]
+
+
+def unbatch_rows(msg: Any) -> list:
+    """unbatch, with each TokenColumns / ReplyColumns expanded into its DetokenizeMsgs / UserReplies."""
+    return [r for m in unbatch(msg) for r in (m.rows() if isinstance(m, (TokenColumns, ReplyColumns)) else (m,))]

@@ -2,7 +2,8 @@
 
 * the datasets: `random` is the anchors' workload; the others have the shapes they promise;
 * the fast streaming paths equal their naive twins: the batched detokenizer == `detokenize_next`,
-  coalesced replies == the replies one by one;
+  coalesced replies == the replies one by one, columnar messages == one message per token, SSE chunk
+  templates == the encoded bodies, the raw HTTP client == httpx (on the stub servers);
 * against stub servers that answer 500, end a stream without [DONE] or drop the connection, every
   such request is counted as failed (and the good ones as completed);
 * against the real CPU server (default model), a small run completes with zero failures and the
@@ -111,6 +112,57 @@ def test_coalesced_replies_equal_the_replies_one_by_one():
     assert ids.output_ids == [5, 6, 7]
 
 
+def reply_path(tokenizer, steps: list[list], fast: bool) -> list[tuple]:
+    """Each step's TokenOutputs through the scheduler's, the detokenizer's and the API's message code (encoded and
+    decoded at both hops, two steps per detokenizer batch); the replies the API would queue, per uid in order."""
+    from minisgl_edu.messages import BatchFrontendMsg, BatchTokenizerMsg, decode, encode, reply_columns, unbatch_rows
+    from minisgl_edu.server.scheduler_proc import token_replies
+    states, out = {}, []
+    for pair in (steps[i:i + 2] for i in range(0, len(steps), 2)):
+        msgs = [m for outs in pair for m in unbatch_rows(decode(encode(BatchTokenizerMsg(token_replies(outs, fast)))))]
+        replies = detokenize_step(tokenizer, states, msgs, not fast)
+        wire = BatchFrontendMsg(reply_columns(replies) if fast else replies)
+        out += [(r.uid, r.incremental_output, r.completion_tokens, r.finished, r.finish_reason, r.output_ids,
+                 r.warning, r.prompt_tokens if r.finished else None) for r in unbatch_rows(decode(encode(wire)))]
+    return sorted(out, key=lambda r: r[0])  # each uid's order as sent (a stable sort): requests' queues are apart
+
+
+def test_columns_on_the_reply_path_equal_one_message_per_token(tokenizer):
+    """TokenColumns / ReplyColumns (a step's plain tokens as one message) give each request the same replies,
+    in the same order, as one DetokenizeMsg / UserReply per token (--naive-stream), text and token ids alike."""
+    from minisgl_edu.messages import ReplyColumns, TokenColumns, reply_columns
+    from minisgl_edu.scheduler import TokenOutput
+    from minisgl_edu.server.scheduler_proc import token_replies
+    seqs = [tokenizer.encode(t) for t in ("東京 (日本語) 🙂 déjà", "plain words only here", "a b c d e f g h")]
+    steps = [[TokenOutput(uid, s[k], k == len(s) - 1, "length" if k == len(s) - 1 else None, None, 7,
+                          clamped=uid == 2 and k == 0) for uid, s in enumerate(seqs) if k < len(s)]
+             for k in range(max(map(len, seqs)))]
+    fast, naive = reply_path(tokenizer, steps, True), reply_path(tokenizer, steps, False)
+    assert fast == naive
+    assert "".join(r[1] for r in fast if r[0] == 0) == "東京 (日本語) 🙂 déjà"
+    assert isinstance(token_replies(steps[1], True)[0], TokenColumns)  # the columns did run
+    assert reply_path(None, steps, True) == reply_path(None, steps, False)  # --skip-tokenizer-init: token ids
+    mixed = [UserReply(1, "a", False, None, 0, 1), UserReply(1, "b", False, None, 0, 2, warning="w"),
+             UserReply(2, "c", False, None, 0, 1), UserReply(1, "d", False, None, 0, 3)]
+    cols = reply_columns(mixed)  # uid 1's third reply must not overtake its second
+    assert isinstance(cols[0], ReplyColumns) and cols[0].uids == [1, 2]
+    assert [r.incremental_output for r in cols[0].rows() + cols[1:] if r.uid == 1] == ["a", "b", "d"]
+
+
+def test_sse_chunk_templates_equal_the_encoded_bodies():
+    from minisgl_edu.server.api import ChunkTemplate, event
+    from minisgl_edu.server.protocol import chunk_body
+    meta = {"id": "cmpl-3", "created": 5, "model": 'odd "name" \\ x'}
+    for chat in (False, True):
+        for ids in (None, [], [1, 22, 333]):
+            t = ChunkTemplate.of(meta, chat, 1, ids is not None)
+            for text in ("", 'quote " back \\ nl \n tab \t', "日本 🙂 \u2028", "\x00text\x00"):
+                body = chunk_body(meta, chat, 1, text, None, None)
+                if ids is not None:
+                    body["choices"][0]["token_ids"] = ids
+                assert t.render(text, ids) == event(body)
+
+
 # ---- failures are counted: stub servers ----------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
@@ -165,9 +217,10 @@ def stub_url():
     t.join(10)
 
 
-def test_errors_and_cut_streams_count_as_failed(stub_url):
+@pytest.mark.parametrize("client", ["raw", "httpx"])
+def test_errors_and_cut_streams_count_as_failed(stub_url, client):
     reqs = [BenchRequest([k] + [1] * 5, 6, 4) for k in (0, 1, 2, 3, 0, 1, 2, 3, 0)]
-    results, duration = asyncio.run(run_load(stub_url, reqs, progress=False))
+    results, duration = asyncio.run(run_load(stub_url, reqs, progress=False, http_client=client))
     s = summarize(results, duration)
     assert (s["completed"], s["failed"]) == (3, 6), s["errors"]
     by_kind = {k: [r for q, r in zip(reqs, results) if q.prompt[0] == k] for k in range(4)}

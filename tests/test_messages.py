@@ -41,6 +41,8 @@ EXAMPLES = [
     M.SchedulerStats(2, 1, 100, 50, 10, 300, 120, [0.01, 0.1], {"decode": [3, 1, 0]}, {"decode": 0.05}),
     M.AckMsg("tokenizer-0", 1234),
     M.AckMsg("scheduler-rank0", 99, "Traceback ..."),
+    M.BatchTokenizerMsg([M.TokenColumns([1, 2, 3], [40, 41, 42]), M.DetokenizeMsg(4, 2, True, "stop", 9)]),
+    M.BatchFrontendMsg([M.ReplyColumns([1, 2], ["a", "日本"], [3, 4]), M.ReplyColumns([5], [""], [1], [[7, 8]])]),
 ]
 
 

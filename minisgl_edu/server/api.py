@@ -43,8 +43,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..messages import (AbortMsg, ReplyColumns, SchedulerStats, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode,
-                        encode, unbatch)
+from ..messages import (AbortMsg, SchedulerStats, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode, encode,
+                        unbatch_rows)
 from ..req import SamplingParams
 from .common import ServerConfig, freeze_startup_objects, trace
 from .protocol import (APIError, ChatRequest, CommonParams, CompletionRequest, DetokenizeRequest, TokenizeRequest,
@@ -174,8 +174,7 @@ class Frontend:
                 raws = [await sock.recv()]
                 while not self.cfg.naive_stream and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     raws.append(await sock.recv())  # a backlog: every request wakes once for all of it
-                replies = [r for raw in raws for m in unbatch(decode(raw))
-                           for r in (m.rows() if isinstance(m, ReplyColumns) else (m,))]
+                replies = [r for raw in raws for r in unbatch_rows(decode(raw))]  # ReplyColumns as UserReplies
                 if self.cfg.hop_log:
                     trace(self.cfg, "api", "recv UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
                 replies = self.observe(replies)

@@ -229,19 +229,23 @@ def step(st: Rank) -> list:
     t0 = time.perf_counter()
     outs = st.sched.step()
     st.counters.observe_step(st.sched, time.perf_counter() - t0)
+    replies = token_replies(outs, st.columns)
+    if st.sched.idle:
+        st.sched.check_integrity()  # every page is free or cached once nothing runs
+    return replies
+
+
+def token_replies(outs: list, columns: bool) -> list:
+    """A step's TokenOutputs as DetokenizeMsgs; with `columns` the plain ones (most) as one TokenColumns, first."""
     replies, uids, tokens = [], [], []
     for o in outs:
-        if st.columns and not o.finished and o.logprobs is None and not o.clamped:
+        if columns and not o.finished and o.logprobs is None and not o.clamped:
             uids.append(o.uid)
             tokens.append(o.token_id)
         else:
             replies.append(DetokenizeMsg(o.uid, o.token_id, o.finished, o.finish_reason, o.prompt_len,
                                          clamped=o.clamped, logprobs=o.logprobs))
-    if uids:  # a step's uids are distinct: the columns may go first
-        replies.insert(0, TokenColumns(uids, tokens))
-    if st.sched.idle:
-        st.sched.check_integrity()  # every page is free or cached once nothing runs
-    return replies
+    return [TokenColumns(uids, tokens)] + replies if uids else replies  # a step's uids are distinct: columns first
 
 
 def report(st: Rank) -> RankReport:

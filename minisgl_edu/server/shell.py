@@ -10,7 +10,7 @@ import itertools
 import time
 from typing import Iterator
 
-from ..messages import AbortMsg, SchedulerStats, StatsMsg, StatsReply, TokenizeMsg, UserReply, unbatch
+from ..messages import AbortMsg, SchedulerStats, StatsMsg, StatsReply, TokenizeMsg, UserReply, unbatch_rows
 from ..req import SamplingParams
 from .common import ServerConfig, trace
 from .launcher import Workers
@@ -39,7 +39,7 @@ class Client:
                     return self.early.pop(i)
             msg = self.inbox.get(timeout_ms=200)
             if msg is not None:
-                self.early.extend(m for m in unbatch(msg) if not isinstance(m, SchedulerStats))  # /metrics' alone
+                self.early.extend(m for m in unbatch_rows(msg) if not isinstance(m, SchedulerStats))  # /metrics' alone
                 continue
             dead = self.workers.dead()
             if dead is not None:

@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass, field
 
 from ..messages import (BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ExitMsg, SchedulerStats, StatsReply,
-                        TokenColumns, TokenizeMsg, UserMsg, UserReply, decode, reply_columns, unbatch)
+                        TokenizeMsg, UserMsg, UserReply, decode, reply_columns, unbatch_rows)
 from .common import ServerConfig, exit_child, freeze_startup_objects, send_ack, setup_child, trace
 from .queues import Addresses, Queue, pull, push
 
@@ -61,7 +61,7 @@ def tokenize_worker(tokenizer_id: int, cfg: ServerConfig, addrs: Addresses, pare
 
 def receive_all(inbox: Queue) -> list:
     """Wait for one message, then take whatever else is already waiting (one batch per wake-up)."""
-    return [m for raw in [inbox.get_raw()] + inbox.drain_raw() for m in unbatch(decode(raw))]
+    return [m for raw in [inbox.get_raw()] + inbox.drain_raw() for m in unbatch_rows(decode(raw))]
 
 
 # ---- text -> token ids ---------------------------------------------------------------------------
@@ -220,7 +220,7 @@ def detokenize_loop(tok, inbox: Queue, to_frontend: Queue, cfg: ServerConfig) ->
     states: dict[int, DecodeState] = {}
     while True:
         replies = []
-        msgs = [r for m in receive_all(inbox) for r in (m.rows() if isinstance(m, TokenColumns) else (m,))]
+        msgs = receive_all(inbox)  # TokenColumns arrive as their DetokenizeMsgs
         if cfg.hop_log:
             trace(cfg, "detokenizer", "recv DetokenizeMsg", [m.uid for m in msgs if isinstance(m, DetokenizeMsg)])
         for msg in msgs:
