@@ -657,7 +657,10 @@ def bench_compare(args) -> dict:
                 f"{k} {row[k]['output_throughput']:.1f} tok/s (x{row['ratio'][k]:.3f}, failed {row[k].get('failed', 0)})"
                 for k in row["ratio"] if k in row) + "".join(
                 f"; {k} x{v:.3f}" for k, v in row["ratio"].items() if k not in row), flush=True)
-            print_cpu(row["serve"].get("cpu", {}))
+            for k in order:
+                if "cpu" in row[k]:
+                    print(f"  {k}: ", end="")
+                    print_cpu(row[k]["cpu"])
             runs.append(row)
             save_partial(args, {"runs": runs, "sweep": []})
         sweep = run_sweep(args, server("serve"), runs) if args.sweep_rates else []
