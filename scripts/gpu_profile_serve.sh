@@ -4,9 +4,8 @@
 # process's and the client's CPU seconds per output token (bench serve's CPU report: with a core each, serve
 # throughput <= 1 / the largest), the same load through the httpx client (the old client: its own ceiling), a
 # Poisson run at a low rate (ITL p99: long garbage collections are logged, MINISGL_GC_LOG_MS), and, when py-spy is
-# there, a sampled profile of every server process and of the client. Results in $OUT (default ./out), also as one
-# archive $OUT/profile_serve.tgz:
-#   profile_serve.log      everything printed, with the summary at the end
+# there, a sampled profile of every server process and of the client. Results: $OUT/profile_serve.log (everything
+# printed, the summary at the end) and one archive $OUT/profile_serve.tgz (the device tool returns few files) of:
 #   offline.json serve.json serve_httpx.json serve_rate.json    the bench outputs (CPU report under "cpu")
 #   server.log             the server's log (gc warnings)
 #   pyspy_*.txt pyspy_top.txt   raw py-spy samples and the top frames per process
@@ -16,6 +15,7 @@
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 LOG=$OUT/profile_serve.log
+D=$OUT/profile_serve; rm -rf "$D"; mkdir -p "$D"; export PROFILE_DIR=$D
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-smollm2-135m}
 N=${GPU_PROFILE_PROMPTS:-256}; LENS=(); SERVE_EXTRA=""; RATE_N=96; RATE=${GPU_PROFILE_RATE:-10}; SPY_S=12
@@ -35,45 +35,45 @@ WORK=(--num-prompts "$N" "${LENS[@]}" --warmup 8 --no-progress)
 
 # 1. offline, in its own process (the server would take its GPU memory)
 run timeout 100 python3 -m minisgl_edu.bench offline --model-path "$CFG" --device "$DEVICE" --dummy-weights "${WORK[@]}" \
-    --out "$OUT/offline.json"
+    --out "$D/offline.json"
 
 # 2. the server
 PORT=$(python3 -c "import socket; s=socket.socket(); s.bind(('127.0.0.1', 0)); print(s.getsockname()[1])")
 URL=http://127.0.0.1:$PORT
 python3 -m minisgl_edu.serve --model "$CFG" --device "$DEVICE" --dummy-weights --port "$PORT" $SERVE_EXTRA \
-    > "$OUT/server.log" 2>&1 &
+    > "$D/server.log" 2>&1 &
 SERVER=$!
 trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null' EXIT
 for _ in $(seq 150); do curl -sf "$URL/health" > /dev/null && break; sleep 1; done
 run curl -s "$URL/health"
 
 # 3. the measurement (raw client), the old client, then a low rate; py-spy last (it slows what it samples)
-run timeout 60 python3 -m minisgl_edu.bench serve --base-url "$URL" "${WORK[@]}" --seed 1 --out "$OUT/serve.json"
+run timeout 60 python3 -m minisgl_edu.bench serve --base-url "$URL" "${WORK[@]}" --seed 1 --out "$D/serve.json"
 run timeout 60 python3 -m minisgl_edu.bench serve --base-url "$URL" "${WORK[@]}" --seed 2 --http-client httpx \
-    --out "$OUT/serve_httpx.json"
+    --out "$D/serve_httpx.json"
 run timeout 60 python3 -m minisgl_edu.bench serve --base-url "$URL" --num-prompts "$RATE_N" "${LENS[@]}" --warmup 0 \
-    --no-progress --seed 3 --request-rate "$RATE" --out "$OUT/serve_rate.json"
+    --no-progress --seed 3 --request-rate "$RATE" --out "$D/serve_rate.json"
 SPY=$(command -v py-spy || ls /tmp/site/bin/py-spy 2>/dev/null)
 if [ -n "$SPY" ]; then
     PIDS=$(curl -s "$URL/health" | python3 -c "import json,sys; h=json.load(sys.stdin); print(' '.join(f'{k}:{v}' for k,v in (h['workers']|{'api':h['pid']}).items()))")
     for kv in $PIDS; do
         # --gil: only the thread holding the GIL (the watchdog threads' sleeps stay out)
         "$SPY" record --gil --nonblocking --format raw -r 200 -d "$SPY_S" --pid "${kv#*:}" \
-            -o "$OUT/pyspy_${kv%%:*}.txt" > /dev/null 2>&1 &
+            -o "$D/pyspy_${kv%%:*}.txt" > /dev/null 2>&1 &
     done
-    "$SPY" record --nonblocking --format raw -r 200 -d "$SPY_S" -o "$OUT/pyspy_client.txt" -- \
-        python3 -m minisgl_edu.bench serve --base-url "$URL" "${WORK[@]}" --seed 4 > "$OUT/serve_pyspy.txt" 2>&1
+    "$SPY" record --nonblocking --format raw -r 200 -d "$SPY_S" -o "$D/pyspy_client.txt" -- \
+        python3 -m minisgl_edu.bench serve --base-url "$URL" "${WORK[@]}" --seed 4 > "$D/serve_pyspy.txt" 2>&1
     wait $(jobs -p | grep -v "^$SERVER$") 2>/dev/null
 else
     echo "no py-spy: no profiles (bundle its wheel into .gpu/whl)" | tee -a "$LOG"
 fi
 kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; trap - EXIT
-grep -i "gc generation" "$OUT/server.log" | tail -20 | tee -a "$LOG"
+grep -i "gc generation" "$D/server.log" | tail -20 | tee -a "$LOG"
 
 # 4. the summary
 run python3 - <<'PY'
 import collections, glob, json, os
-out = os.environ.get("OUT", "out")
+out = os.environ["PROFILE_DIR"]
 load = lambda n: json.load(open(os.path.join(out, n))) if os.path.exists(os.path.join(out, n)) else None
 off = load("offline.json")
 for name in ("serve.json", "serve_httpx.json", "serve_rate.json"):
@@ -101,6 +101,6 @@ with open(os.path.join(out, "pyspy_top.txt"), "w") as f:  # the 25 hottest frame
         f.writelines(f"{100 * c / max(total, 1):5.1f}%  {k}\n" for k, c in own.most_common(25))
 print(open(os.path.join(out, "pyspy_top.txt")).read())
 PY
-tar -czf "$OUT/profile_serve.tgz" -C "$OUT" --exclude profile_serve.tgz . 2>/dev/null
+cp "$LOG" "$D/" && tar -czf "$OUT/profile_serve.tgz" -C "$OUT" profile_serve && rm -rf "$D"
 echo "gpu_profile_serve: exit status $status" | tee -a "$LOG"
 exit $status
