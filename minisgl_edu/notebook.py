@@ -1,8 +1,5 @@
-"""Helpers for the notebooks (not a chapter): where did this run, and how do I look at the ledgers?
-
-Every notebook starts with `header()` so its stored outputs say which hardware, date, commit and
-torch produced them. The other helpers only *display* library state (tables, the radix tree, the
-page pool); they never change it.
+"""Helpers for the notebooks (not a chapter): `header()` says which hardware, date, commit and torch
+produced a notebook's outputs; the others only *display* library state (tables, the radix tree, pages).
 """
 from __future__ import annotations
 
@@ -31,14 +28,11 @@ def _cpu_model() -> str:
 def _git_commit() -> str:
     if os.environ.get("MINISGL_COMMIT"):  # set by scripts/gpu_env.sh: a GPU machine gets the tree, not our .git
         return os.environ["MINISGL_COMMIT"]
-    here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
-                             timeout=10)
-        commit = out.stdout.strip()
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
+                              capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return commit or "unknown"
+        return "unknown"
 
 
 def header() -> str:
@@ -82,11 +76,8 @@ def _short(values, limit: int = 8) -> str:
 
 
 def draw_tree(cache, decode=None, limit: int = 8) -> str:
-    """Render a RadixCache as indented text, print it and return it.
-
-    Each node shows its key (token ids, or `decode(ids)` when given), the KV slot locations it
-    holds, its ref count (locked when > 0) and its last access tick.
-    """
+    """Print and return a RadixCache as indented text: each node's key (token ids, or `decode(ids)`), its
+    KV slots, ref count (locked when > 0) and last access tick."""
     lines = [f"root  (evictable={cache.evictable_size}, protected={cache.protected_size})"]
 
     def visit(node, prefix: str) -> None:
