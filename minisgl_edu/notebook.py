@@ -109,12 +109,9 @@ def page_owners(pool, reqs=(), cache=None) -> list[str]:
     if cache is not None and getattr(cache, "root", None) is not None:
         for p in (cache.all_locations()[::ps] // ps).tolist():
             owner[p] = "cache"
-    for r in reqs:
-        if r.table_idx < 0:
-            continue
+    for r in (r for r in reqs if r.table_idx >= 0):
         for p in pool.pages_of(r).tolist():
-            if owner[p] == "":
-                owner[p] = f"uid {r.uid}"
+            owner[p] = owner[p] or f"uid {r.uid}"
     return owner
 
 
@@ -155,8 +152,7 @@ def plot_tree(cache, decode=None, ax=None, title: str = "", width: int = 18):
     def place(node, depth: int) -> float:
         kids = sorted(node.children.values(), key=lambda n: [int(t) for t in n.key])
         xs = [place(k, depth + 1) for k in kids]
-        for k in kids:
-            edges.append((node, k))
+        edges.extend((node, k) for k in kids)
         x = sum(xs) / len(xs) if xs else next_x[0]
         if not xs:
             next_x[0] += 1.0
