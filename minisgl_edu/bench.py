@@ -5,7 +5,6 @@ floor = (weight bytes + KV bytes read) / copy bandwidth, measured on the same de
 """
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass
 
@@ -16,12 +15,11 @@ from .trace import StepTime, Timeline
 
 
 def anchors_workload(n: int = 256, seed: int = 0) -> tuple[list[list[int]], list[int]]:
-    """The anchors' offline workload: n prompts of randint(100, 1024) tokens drawn from randint(0, 10000),
-    then n output lengths randint(100, 1024), all from one `random.seed(seed)`."""
-    random.seed(seed)
-    prompts = [[random.randint(0, 10000) for _ in range(random.randint(100, 1024))] for _ in range(n)]
-    outputs = [random.randint(100, 1024) for _ in range(n)]
-    return prompts, outputs
+    """The anchors' offline workload as (prompts, output lengths): the serving benchmark's random dataset at its
+    default ranges (`bench_serve.random_requests`: lengths in [100, 1024], ids in [0, 10000], one seeded RNG)."""
+    from .bench_serve import random_requests
+    reqs = random_requests(n, seed)
+    return [r.prompt for r in reqs], [r.output_len for r in reqs]
 
 
 def copy_bandwidth(device: torch.device | str = "cuda", nbytes: int = 2 << 30, iters: int = 10) -> float:
