@@ -39,8 +39,6 @@ class EngineConfig:
     def __post_init__(self):
         if self.device is None:  # frozen: resolved once, here
             object.__setattr__(self, "device", default_device())
-        if getattr(self, "tp", 1) < 1 or getattr(self, "num_tokenizers", 1) < 1:
-            raise ValueError("tp and num_tokenizers must be >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +55,11 @@ class SchedulerConfig(EngineConfig):
     forward_lag_s: float = 0.0  # chapter 8: rank 0 forwards each step's messages this late (a slow link)
     skip_tokenizer_init: bool = False  # token ids in, token ids out: no process loads a tokenizer (chapter 9)
 
+    def __post_init__(self):
+        super().__post_init__()
+        if self.tp < 1:
+            raise ValueError(f"tp must be >= 1, got {self.tp}")
+
 
 @dataclass(frozen=True, kw_only=True)
 class ServerConfig(SchedulerConfig):
@@ -69,6 +72,8 @@ class ServerConfig(SchedulerConfig):
 
     def __post_init__(self):
         super().__post_init__()
+        if self.num_tokenizers < 1:
+            raise ValueError(f"num_tokenizers must be >= 1, got {self.num_tokenizers}")
         if not self.served_name:
             object.__setattr__(self, "served_name", os.path.basename(os.path.normpath(self.model_path)))
 
