@@ -56,8 +56,7 @@ class KVCache:
         # empty, not zeros: untouched slots cost no memory on the CPU; the dummy page is zeroed
         self.kv = torch.empty(2, num_layers, num_slots, kv_heads, head_dim, dtype=dtype, device=device)
         self.k, self.v = self.kv[0], self.kv[1]  # K and V side by side: one copy can write both (store_kv)
-        self.k[:, num_pages * page_size:].zero_()
-        self.v[:, num_pages * page_size:].zero_()
+        self.kv[:, :, num_pages * page_size:].zero_()
         self.dummy_page = num_pages
 
     def store(self, layer: int, out_loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
