@@ -37,10 +37,8 @@ def _git_commit() -> str:
 
 def header() -> str:
     """Print (and return) the hardware, UTC date, git commit and torch version of this run."""
-    if torch.cuda.is_available():
-        hw = f"GPU {torch.cuda.get_device_name(0)}"
-    else:
-        hw = f"CPU {_cpu_model()} ({torch.get_num_threads()} threads)"
+    hw = (f"GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available()
+          else f"CPU {_cpu_model()} ({torch.get_num_threads()} threads)")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = f"hardware: {hw}\ndate:     {date}\ncommit:   {_git_commit()}\ntorch:    {torch.__version__}"
     print(text)
