@@ -45,6 +45,7 @@ class EngineConfig:
     fused_kernels: bool = True  # FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on CUDA in 16 bits; False: plain ops
     qk_kernel: bool = True  # with fused_kernels: our one-launch q/k norm + RoPE + K/V store; False: FlashInfer's
     moe_impl: str | None = None  # "reference" | "grouped" (chapter 10); None: reference on CPU, grouped on CUDA
+    lean_step: bool = True  # skip per-step work no request needs (sampling controls, float32 logits); False: the plain step
     seed: int = 0
 
 

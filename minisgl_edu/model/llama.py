@@ -132,5 +132,7 @@ class LlamaForCausalLM(nn.Module):
             h, residual = layer(h, positions, backend, batch, residual)
         return self.norm(h, residual)[0]
 
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(h).float()
+    def logits(self, h: torch.Tensor, float32: bool = True) -> torch.Tensor:
+        """float32=False: the LM head's own dtype (greedy needs only the argmax, the same index in either)."""
+        out = self.lm_head(h)
+        return out.float() if float32 else out
