@@ -21,15 +21,21 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
+# views and other metadata-only ops: no launch, no copy on a GPU
+FREE = {"view", "slice", "select", "unsqueeze", "squeeze", "expand", "detach", "alias", "resolve_conj", "resolve_neg",
+        "as_strided", "t", "transpose", "permute", "reshape", "_reshape_alias", "unbind", "split"}
+
+
 class CountOps(TorchDispatchMode):
-    """Counts aten ops dispatched while `on` (the model's own are switched off around its calls)."""
+    """Counts aten ops that launch or copy (FREE excluded) while `on` (switched off inside the model's calls).
+    On the CPU a host-to-device copy shows as `lift_fresh` (torch.from_numpy), on CUDA as pin + copy."""
 
     def __init__(self):
         super().__init__()
         self.n, self.on = 0, True
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.n += self.on
+        self.n += self.on and func.overloadpacket.__name__ not in FREE
         return func(*args, **(kwargs or {}))
 
 
@@ -63,8 +69,10 @@ def instrument(eng, counter: CountOps | None):
 
 def measure(model_dir: str, device: str, bs: int, steps: int, lean: bool, count: bool) -> dict:
     from minisgl_edu import LLM, SamplingParams
-    llm = LLM(model_dir, device=device, dummy_weights=True, max_running_reqs=max(bs, 1), lean_step=lean,
-              cuda_graph_max_bs=max(bs, 1), max_total_tokens=bs * 200 + 4096)
+    from minisgl_edu.config import EngineConfig
+    switch = {"lean_step": lean} if "lean_step" in EngineConfig.__dataclass_fields__ else {}  # older code: no switch
+    llm = LLM(model_dir, device=device, dummy_weights=True, max_running_reqs=max(bs, 1), cuda_graph_max_bs=max(bs, 1),
+              max_total_tokens=bs * 200 + 4096, **switch)
     sched = llm.scheduler
     sp = SamplingParams(max_tokens=steps + 20, ignore_eos=True)
     vocab = llm.engine.vocab_size
