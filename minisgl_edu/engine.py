@@ -50,6 +50,7 @@ class Engine:
         self.eos_token_ids: tuple[int, ...] = ()  # set by the Scheduler: min_tokens masks them
         # chapter 6: the forward runs on its own stream, so the scheduler's stream can prepare step N+1
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.lean_step = cfg.lean_step  # an attribute: a benchmark may flip it on a running engine (graphs stay valid)
         self.layout: StepLayout | None = None  # this step's arrays on the device (lean_step; set by prepare)
         self.sampling_cache = SamplingCache()  # lean_step: the decode batch's sampling tensors, reused while it lasts
         self.timeline: Timeline | None = None  # set to Timeline(device) to record every forward's times
@@ -74,7 +75,7 @@ class Engine:
     # ---- chapter 7: the ledger becomes kernel arguments ------------------------------------------
     def prepare(self, batch: Batch) -> np.ndarray:
         """Fill the batch's kernel arguments; return the flat row of each sampled request's last new token."""
-        if not self.cfg.lean_step:
+        if not self.lean_step:
             return self._prepare_plain(batch)
         lay = step_layout(batch, self.device)
         batch.positions, batch.sample_rows = lay.positions, lay.sample_rows
