@@ -50,9 +50,9 @@ def instrument(eng, counter: CountOps | None):
         def run(*a, **k):
             if counter is not None:
                 counter.on = False
+            t = time.perf_counter()  # the wait for queued GPU work counts as the model's too
             if eng.device.type == "cuda":
                 torch.cuda.synchronize()
-            t = time.perf_counter()
             out = fn(*a, **k)
             if eng.device.type == "cuda":
                 torch.cuda.synchronize()
@@ -67,37 +67,46 @@ def instrument(eng, counter: CountOps | None):
     return spent
 
 
-def measure(model_dir: str, device: str, bs: int, steps: int, lean: bool, count: bool) -> dict:
+def measure(model_dir: str, device: str, bs: int, steps: int, leans: list[bool], count: bool) -> list[dict]:
+    """One engine for batch size `bs`; for each lean_step value: `steps` timed decode steps, then 5 counted."""
     from minisgl_edu import LLM, SamplingParams
     from minisgl_edu.config import EngineConfig
-    switch = {"lean_step": lean} if "lean_step" in EngineConfig.__dataclass_fields__ else {}  # older code: no switch
+    has_switch = "lean_step" in EngineConfig.__dataclass_fields__  # older code: no switch, one plain run
+    leans = leans if has_switch else [False]
+    max_tokens = (steps + 10) * len(leans) + 20
     llm = LLM(model_dir, device=device, dummy_weights=True, max_running_reqs=max(bs, 1), cuda_graph_max_bs=max(bs, 1),
-              max_total_tokens=bs * 200 + 4096, **switch)
-    sched = llm.scheduler
-    sp = SamplingParams(max_tokens=steps + 20, ignore_eos=True)
-    vocab = llm.engine.vocab_size
+              max_total_tokens=bs * (16 + max_tokens) + 4096)
+    sched, eng = llm.scheduler, llm.engine
+    sp = SamplingParams(max_tokens=max_tokens, ignore_eos=True)
+    vocab = eng.vocab_size
     for i in range(bs):
         sched.add_request(i, [(7 * i + j) % vocab for j in range(16)], sp)
     while sched.pending:  # prefill everyone
         sched.step()
-    for _ in range(5):  # warm up the decode path
-        sched.step()
-    counter = CountOps() if count else None
-    spent = instrument(llm.engine, counter)
-    walls = []
-    for _ in range(steps):
-        if counter is not None:
-            with counter:
-                t = time.perf_counter()
-                sched.step()
-                walls.append(time.perf_counter() - t)
-        else:
+    counter = CountOps()
+    spent = instrument(eng, counter)
+    rows = []
+    for lean in leans:
+        if has_switch:
+            eng.lean_step = lean
+        for _ in range(5):  # warm up the decode path
+            sched.step()
+        spent[0], walls = 0.0, []
+        for _ in range(steps):
             t = time.perf_counter()
             sched.step()
             walls.append(time.perf_counter() - t)
-    wall = sum(walls) / steps
-    return dict(device=device, bs=bs, lean=lean, step_us=wall * 1e6, model_us=spent[0] / steps * 1e6,
-                host_us=(wall - spent[0] / steps) * 1e6, host_ops=(counter.n / steps) if counter else None)
+        wall, model = sum(walls) / steps, spent[0] / steps
+        ops = None
+        if count:
+            counter.n = 0
+            with counter:
+                for _ in range(5):
+                    sched.step()
+            ops = counter.n / 5
+        rows.append(dict(device=device, bs=bs, lean=lean, step_us=wall * 1e6, model_us=model * 1e6,
+                         host_us=(wall - model) * 1e6, host_ops=ops))
+    return rows
 
 
 def main() -> int:
@@ -118,13 +127,11 @@ def main() -> int:
         model_dir = tiny_model_dir(tempfile.mkdtemp(), vocab=4096, max_positions=1024)
     rows = []
     for bs in (int(b) for b in args.bs.split(",")):
-        for lean in (bool(int(x)) for x in args.lean.split(",")):
-            timed = measure(model_dir, args.device, bs, args.steps, lean, count=False)
-            if not args.no_count:
-                timed["host_ops"] = measure(model_dir, args.device, bs, 5, lean, count=True)["host_ops"]
-            rows.append(timed)
-            print(f"bs {bs:4d} lean_step={lean!s:5}: step {timed['step_us']:8.1f} us, model {timed['model_us']:8.1f} us,"
-                  f" host {timed['host_us']:8.1f} us, host tensor ops {timed['host_ops']}", flush=True)
+        for r in measure(model_dir, args.device, bs, args.steps, [bool(int(x)) for x in args.lean.split(",")],
+                         count=not args.no_count):
+            rows.append(r)
+            print(f"bs {bs:4d} lean_step={r['lean']!s:5}: step {r['step_us']:8.1f} us, model {r['model_us']:8.1f} us,"
+                  f" host {r['host_us']:8.1f} us, launching host ops {r['host_ops']}", flush=True)
     if args.json:
         with open(args.json, "a") as f:
             for r in rows:
