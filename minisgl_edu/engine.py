@@ -146,10 +146,11 @@ class Engine:
         lay = self.layout
         if lay is None:  # the plain step
             st = SamplingTensors.from_reqs(sampled, self.vocab_size, self.device, self.eos_token_ids, self.pool.token_pool)
-            logits = self.model.logits(h[to_device(last, self.device)])
+            logits = self.model.logits(h[to_device(last, self.device)]).float()
         else:  # one argmax on the model's own logits when nothing needs them in float32 (same index)
             st = self.sampling_cache.get(sampled, self.vocab_size, self.device, self.eos_token_ids, self.pool.token_pool)
-            logits = self.model.logits(h if lay.last_rows is None else h[lay.last_rows], float32=not st.plain_greedy)
+            logits = self.model.logits(h if lay.last_rows is None else h[lay.last_rows])
+            logits = logits if st.plain_greedy else logits.float()
         tokens = sample(apply_controls(logits, st, self.pool.token_pool), st, self.generator)
         if st.logprobs_k >= 0:  # chapter 9: read from the raw logits; they ride back with the tokens (no sync)
             batch.logprobs = token_logprobs(logits, tokens, st.logprobs_k).to_host()

@@ -23,6 +23,7 @@ class Kernels:
     fused: bool = True  # FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on 16-bit CUDA tensors; False: plain ops
     qk: bool = True  # under `fused`: our one-launch q/k norm + RoPE + K/V store (False: FlashInfer's kernels)
     moe: str | None = None  # "reference" | "grouped" (model/moe.py); None: reference on CPU, grouped on CUDA
+    mlp: bool = False  # an experiment (issue 16): our one-launch SiLU-and-mul + down GEMM for <= 8 rows; off
 
 
 KERNELS = Kernels()
@@ -216,6 +217,15 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         return fi.activation.silu_and_mul(x)
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+def silu_mul_down(gu: torch.Tensor, down: "RowParallelLinear") -> torch.Tensor:
+    """down(silu_and_mul(gu)); with `KERNELS.mlp`, for <= 8 rows, our one-launch kernel (qk_kernel.silu_mul_down)."""
+    if KERNELS.mlp and down.bias is None and fused_kernels(gu) is not None:
+        from . import qk_kernel as kk
+        if (y := kk.silu_mul_down(gu, down.weight)) is not None:
+            return all_reduce(y)  # a row-parallel product: the ranks' partial sums joined, as in down.forward
+    return down(silu_and_mul(gu))
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
