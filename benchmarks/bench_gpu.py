@@ -9,7 +9,8 @@ P4  overlap scheduling on vs off at batch 64: throughput and GPU idle share betw
 P2x an experiment: P2 at batch 1 and 256 with RMSNorm swapped for torch's fused rms_norm
 LEAN  decode step and host time at batch 1, 8, 256 with lean_step off vs on, then P1 with it off
 GEMM  an experiment: the layer's four GEMMs at M = 1, 8, 64 via cuBLAS, cuBLASLt, a pre-transposed weight
-LT  an experiment: cuBLASLt for the GEMMs (kernels per layer, decode at batch 1 and 256, P1); run it last
+LT  an experiment: cuBLASLt for the GEMMs (kernels per layer, decode at batch 1 and 256, P1); after the others
+MLP an experiment: our SiLU-and-mul + down GEMM kernel at <= 8 rows (kernels per layer, decode at 1 and 8, P1)
 PF  prefill of the anchors' 256 prompts against its compute floor (bf16 matmul rate measured in the run)
 tokens  greedy tokens with the fused kernels on vs off over P4's 64-request workload
 
@@ -339,78 +340,51 @@ def p1_plain(llm: LLM, bw: float) -> None:
         llm.engine.lean_step = True
 
 
-def blaslt(bw: float) -> None:
-    """Experiment: torch's matmuls through cuBLASLt (`preferred_blas_library`), set before the graphs are
-    captured: kernels per decoder layer in the batch-1 replay (does the down GEMM's split-K reduce go?),
-    decode step at batch 1 and 256, and P1. A fresh engine; the library is set back afterwards."""
+def experiment(bw: float, tag: str, sizes: tuple[int, ...]) -> None:
+    """A fresh engine under the experiment's switch (set by the caller before): kernels per decoder layer in
+    the graph replay, decode step (and its host time) and replay alone at `sizes`, then P1."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from profile_decode import kernels, one_layer
+    llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=256, cuda_graph_max_bs=256)
+    eng = llm.engine
+    w, kvt, nl = weight_bytes(eng.model), kv_bytes_per_token(eng), eng.model_config.num_hidden_layers
+    for bs in sizes:
+        batch = make_decode_batch(eng, bs, 1024, seed=bs)
+        floor = (w + bs * 1025 * kvt) / bw
+        graph, cpu = host_and_step(eng, batch)
+        g = eng.graphs.graphs[eng.graphs.padded_size(bs)]
+        replay = time_steps(g.replay, iters=100)
+        layer = one_layer(kernels(g.replay), nl)
+        release(eng, batch)
+        record(f"{tag}_decode_step_bs{bs}_graph", graph * 1e3, "ms", graph / floor, f"{tag}; ratio = time / floor")
+        record(f"{tag}_decode_step_bs{bs}_graph_cpu", cpu * 1e3, "ms", cpu / graph, f"{tag}; CPU time / step time")
+        record(f"{tag}_replay_only_bs{bs}", replay * 1e3, "ms", replay / floor, tag)
+        record(f"{tag}_kernels_per_layer_bs{bs}", len(layer), "kernels", sum(t for _, t in layer),
+               f"{tag}, graph replay; ratio = us per layer: " + ", ".join(f"{n[:32]} {t:.1f}" for n, t in layer))
+    p1(llm, bw, tag=f"_{tag}")
+
+
+def blaslt(bw: float) -> None:
+    """Experiment: torch's matmuls through cuBLASLt (`preferred_blas_library`), set before the graphs are
+    captured (does the down GEMM's split-K reduce go?). The library is set back afterwards."""
     print("\nLT experiment: preferred_blas_library('cublaslt')", flush=True)
     before = torch.backends.cuda.preferred_blas_library()
     torch.backends.cuda.preferred_blas_library("cublaslt")
     try:
-        llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=256, cuda_graph_max_bs=256)
-        eng = llm.engine
-        w, kvt, nl = weight_bytes(eng.model), kv_bytes_per_token(eng), eng.model_config.num_hidden_layers
-        for bs in (1, 256):
-            batch = make_decode_batch(eng, bs, 1024, seed=bs)
-            floor = (w + bs * 1025 * kvt) / bw
-            graph, cpu = host_and_step(eng, batch)
-            g = eng.graphs.graphs[eng.graphs.padded_size(bs)]
-            replay = time_steps(g.replay, iters=100)
-            layer = one_layer(kernels(g.replay), nl)
-            release(eng, batch)
-            record(f"lt_decode_step_bs{bs}_graph", graph * 1e3, "ms", graph / floor, "cuBLASLt; ratio = time / floor")
-            record(f"lt_replay_only_bs{bs}", replay * 1e3, "ms", replay / floor, "cuBLASLt")
-            record(f"lt_kernels_per_layer_bs{bs}", len(layer), "kernels", None,
-                   "cuBLASLt, graph replay: " + ", ".join(n[:40] for n, _ in layer))
-        p1(llm, bw, tag="_cublaslt")
-        del llm
+        experiment(bw, "lt", (1, 256))
     finally:
         torch.backends.cuda.preferred_blas_library(before)
 
 
-def gemm_time(fn, reps: int = 20) -> tuple[float, int]:
-    """(µs per call of `fn`, GPU kernels per call): `reps` calls captured in one CUDA graph (no launch gaps)."""
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        fn()
-        torch.cuda.synchronize()
-    n = sum(1 for e in prof.events() if e.device_type.name == "CUDA")
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(reps):
-            fn()
-    t = time_steps(g.replay, iters=50)
-    return t / reps * 1e6, n
-
-
-def gemm(bw: float) -> None:
-    """Experiment: the decoder layer's four GEMMs (Qwen3-0.6B shapes) at M = 1, 8, 64 rows, as the model runs
-    them (F.linear: cuBLAS), through cuBLASLt, and as x @ W.T with W.T stored contiguous: µs, TB/s of weight
-    reads, kernels per call (2 = a split-K reduce)."""
-    import torch.nn.functional as F
-    print("\nGEMM experiment: the layer's GEMMs at small M", flush=True)
-    shapes = {"qkv": (1024, 4096), "o_proj": (2048, 1024), "gate_up": (1024, 6144), "down": (3072, 1024)}
-    before = torch.backends.cuda.preferred_blas_library()
-    for name, (k, n) in shapes.items():
-        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
-        wt = w.t().contiguous()
-        for m in (1, 8, 64):
-            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
-            for variant in ("cublas", "cublaslt", "pretransposed"):
-                torch.backends.cuda.preferred_blas_library("cublaslt" if variant == "cublaslt" else "cublas")
-                fn = (lambda: x @ wt) if variant == "pretransposed" else (lambda: F.linear(x, w))
-                try:
-                    us, nk = gemm_time(fn)
-                except Exception as e:  # an experiment: report, do not fail the suite
-                    print(f"  {name} m={m} {variant}: failed: {e}", flush=True)
-                    continue
-                record(f"gemm_{name}_m{m}_{variant}", us, "us", (w.numel() * 2 / (us * 1e-6)) / bw,
-                       f"{k}->{n}; {nk} kernel(s) per call; ratio = weight bytes / time / copy bandwidth")
-    torch.backends.cuda.preferred_blas_library(before)
+def mlp_kernel(bw: float) -> None:
+    """Experiment: our one-launch SiLU-and-mul + down GEMM for <= 8 rows (`KERNELS.mlp`, model/silu_mul_down.cu)."""
+    from minisgl_edu.model import layers
+    print("\nMLP experiment: silu_mul_down (one launch for SiLU-and-mul + down GEMM at <= 8 rows)", flush=True)
+    layers.KERNELS.mlp = True
+    try:
+        experiment(bw, "mlpk", (1, 8))
+    finally:
+        layers.KERNELS.mlp = False
 
 
 # ---- output -------------------------------------------------------------------------------------
@@ -420,7 +394,7 @@ def write_results() -> None:
     md = ROOT / "benchmarks" / "RESULTS.md"
     latest = {}
     for r in old + ROWS:
-        if r["hardware"] != "cpu" and r["metric"].startswith(("p1", "p2", "p3", "p4", "copy_bandwidth", "prefill", "bf16", "tokens", "lean", "lt_", "gemm")):
+        if r["hardware"] != "cpu" and r["metric"].startswith(("p1", "p2", "p3", "p4", "copy_bandwidth", "prefill", "bf16", "tokens", "lean", "lt_", "gemm", "mlpk")):
             latest[r["metric"]] = r
     lines = ["<!-- gpu-table:start (generated by benchmarks/bench_gpu.py from results.json) -->",
              "| metric | value | unit | ratio | hardware | date | commit |", "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -461,15 +435,19 @@ def main() -> None:
             lean(llm, bw)
         if "gemm" in args.parts:
             gemm(bw)
-        if "lt" in args.parts:
+        if "lt" in args.parts or "mlp" in args.parts:
             del llm
             import gc
             gc.collect()
             torch.cuda.empty_cache()
-            try:
-                blaslt(bw)
-            except Exception as e:  # an experiment: report, do not fail the suite
-                print(f"LT experiment failed: {type(e).__name__}: {e}", flush=True)
+            for name, fn in (("lt", blaslt), ("mlp", mlp_kernel)):
+                if name in args.parts:
+                    try:
+                        fn(bw)
+                    except Exception as e:  # an experiment: report, do not fail the suite
+                        print(f"{name} experiment failed: {type(e).__name__}: {e}", flush=True)
+                    gc.collect()
+                    torch.cuda.empty_cache()
             llm = None
         if "p2x" in args.parts:
             llm = None

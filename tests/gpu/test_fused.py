@@ -195,3 +195,26 @@ def test_model_fused_vs_plain_vs_float32(tmp_path, name):
     # fused bf16 is as close to float32 as plain bf16 is (it rounds less often, not more)
     assert e_fused < 1.25 * e_plain + 2e-3 and e_fi < 1.25 * e_plain + 2e-3, (e_plain, e_fi, e_fused)
     assert rel(fused, plain) < 3e-2
+
+
+@pytest.mark.parametrize("inter,hidden", [(3072, 1024), (1536, 576)])
+def test_one_launch_silu_mul_down_matches_plain(inter, hidden):
+    """Our SiLU-and-mul + down GEMM for 1..8 rows (the experiment behind KERNELS.mlp) against FlashInfer's
+    silu_and_mul then F.linear; None for 9 rows (the plain pair serves)."""
+    import torch.nn.functional as F
+    if not qk_kernel.available(torch.zeros(1, device="cuda", dtype=BF16), "silu_mul_down"):
+        pytest.skip("no silu_mul_down cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
+    g = torch.Generator(device="cuda").manual_seed(inter)
+    w = (torch.randn(hidden, inter, device="cuda", generator=g) / inter**0.5).to(BF16)
+    with Switch(True):
+        for m in (1, 2, 3, 8):
+            gu = torch.randn(m, 2 * inter, device="cuda", generator=g).to(BF16)
+            want = F.linear(layers.silu_and_mul(gu), w)
+            got = qk_kernel.silu_mul_down(gu, w)
+            assert got is not None and got.shape == want.shape and torch.isfinite(got).all()
+            err = rel(got, want)
+            report(check="silu_mul_down_vs_plain", inter=inter, hidden=hidden, rows=m, rel_err=err)
+            assert err < REL, (m, err)
+            wide = torch.randn(m, 2 * inter + 64, device="cuda", generator=g).to(BF16)[:, 64:]  # a strided view
+            assert rel(qk_kernel.silu_mul_down(wide, w), F.linear(layers.silu_and_mul(wide.contiguous()), w)) < REL
+        assert qk_kernel.silu_mul_down(torch.randn(9, 2 * inter, device="cuda").to(BF16), w) is None
