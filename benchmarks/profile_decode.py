@@ -1,6 +1,6 @@
 """Issue 16: the GPU kernels of one decode step at batch 1 (Qwen3-0.6B architecture, dummy weights, bf16).
 
-    python benchmarks/profile_decode.py TAG [--plain] [--no-qk-kernel] [--lean-off] [--mlp-kernel] [--blas cublaslt] [--bs 1,64]
+    python benchmarks/profile_decode.py TAG [--plain] [--no-qk-kernel] [--lean-off] [--small-m] [--blas cublaslt] [--bs 1,64]
                                            [--json OUT.jsonl]
 
 Profiles one eager step (engine.forward without graphs) and one CUDA-graph replay with torch.profiler,
@@ -8,8 +8,8 @@ prints every distinct kernel with its count per step and mean time, the kernels 
 launch order (cut out of the replay between two launches of the attention kernel), and times the step
 (graph and eager) and the replay alone. --plain: fused kernels off (fused_kernels=False);
 --no-qk-kernel: FlashInfer's kernels for q/k norm, RoPE and the K/V copy instead of our one-launch kernel;
---lean-off: the plain step (lean_step=False); --mlp-kernel: SiLU-and-mul + down GEMM in one launch (<= 8
-rows); --blas cublaslt: the GEMMs through cuBLASLt (set before capture).
+--lean-off: the plain step (lean_step=False); --small-m: our kernels for <= 8 rows (o_proj; SiLU-and-mul +
+down GEMM in one launch); --blas cublaslt: the GEMMs through cuBLASLt (set before capture).
 """
 from __future__ import annotations
 
@@ -65,11 +65,11 @@ def main() -> None:
     ap.add_argument("--bs", default="1", help="batch sizes, comma-separated")
     ap.add_argument("--blas", default=None, help="torch.backends.cuda.preferred_blas_library before capture (cublaslt)")
     ap.add_argument("--lean-off", action="store_true", help="lean_step=False (the plain step's host work)")
-    ap.add_argument("--mlp-kernel", action="store_true", help="the silu_mul_down experiment on (KERNELS.mlp)")
+    ap.add_argument("--small-m", action="store_true", help="our <= 8-row kernels on (KERNELS.small_m: o_proj, SiLU-and-mul + down)")
     args = ap.parse_args()
-    if args.mlp_kernel:
+    if args.small_m:
         from minisgl_edu.model import layers
-        layers.KERNELS.mlp = True  # before the engine: its graphs capture our kernel
+        layers.KERNELS.small_m = True  # before the engine: its graphs capture our kernel
     if args.blas:
         torch.backends.cuda.preferred_blas_library(args.blas)
     from minisgl_edu import LLM

@@ -1,10 +1,11 @@
-// Chapter 7 (issue 16): the MLP's tail for a few rows in one kernel: out = down(silu(gate) * up).
-// Without it, at batch <= 8: FlashInfer's SiLU-and-mul, then cuBLAS's down GEMM, which at one row
-// splits K and adds a second kernel to reduce the parts: three launches for 6 MB of weights.
-// Each block first writes silu(gate) * up of all M rows into shared memory, rounded to bf16 as the
-// two-kernel path rounds it (in float, one rounding); then each warp computes one output row: it streams its row of W_down
-// with 16-byte loads, all issued before any arithmetic (up to 16 per lane in flight), and reduces
-// the M dot products across its lanes. Built for sm_90a by scripts/build_fi_extra_kernels.sh.
+// Chapter 7 (issue 16), an experiment: products of a few rows (decode at batch <= 8) at memory speed.
+// silu_mul_down: the MLP's tail in one kernel, out = down(silu(gate) * up); without it, FlashInfer's
+// SiLU-and-mul, then cuBLAS's down GEMM, which at one row splits K and adds a kernel to reduce the parts.
+// small_m_linear: the same product without the activation (o_proj, where cuBLAS's tile is slow at one row).
+// Each block first writes its input rows (silu(gate) * up rounded once to bf16, as silu_and_mul stores it)
+// into shared memory; then each warp computes one output row: it streams its row of W with 16-byte
+// loads, all issued before any arithmetic (up to 16 per lane in flight), and reduces the M dot products
+// across its lanes. Built for sm_90a by scripts/build_fi_extra_kernels.sh.
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -12,13 +13,14 @@ typedef __nv_bfloat16 bf16;
 #define MAX_M 8
 #define MAX_ITERS 16  // I <= 16 * 256 = 4096
 
-// gu: [m, 2 * inter] (gate, then up), row stride gu_stride; w: [hidden, inter] row-major; out: [m, hidden]
 __device__ __forceinline__ uint4 ld16(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
 
-// gu: [m, 2 * inter] (gate, then up), row stride gu_stride; w: [hidden, inter] row-major; out: [m, hidden].
-// Needs inter % 256 == 0, inter <= 4096, m <= 8, m * inter * 2 bytes of shared memory, 16-byte aligned rows.
-extern "C" __global__ void silu_mul_down(const bf16* __restrict__ gu, long long gu_stride, int m, int inter,
-                                         const bf16* __restrict__ w, int hidden, bf16* __restrict__ out) {
+// SILU: gu = [m, 2 * inter] (gate, then up) and the product's input is silu(gate) * up; else gu = x [m, inter].
+// Row stride gu_stride; w: [hidden, inter] row-major; out: [m, hidden]. Needs inter % 256 == 0, inter <= 4096,
+// m <= 8, m * inter * 2 bytes of shared memory, 16-byte aligned rows.
+template <bool SILU>
+__device__ __forceinline__ void small_m_product(const bf16* __restrict__ gu, long long gu_stride, int m, int inter,
+                                                const bf16* __restrict__ w, int hidden, bf16* __restrict__ out) {
   extern __shared__ __align__(16) bf16 act[];  // [m, inter]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
   const int row = blockIdx.x * warps + warp;
@@ -30,7 +32,7 @@ extern "C" __global__ void silu_mul_down(const bf16* __restrict__ gu, long long 
     for (int i = 0; i < MAX_ITERS; i++)
       if (i < iters) wv[i] = ld16(wr + (i * 32 + lane) * 8);
   }
-  // silu(gate) * up in float, stored as bf16 (as silu_and_mul stores it): 16-byte chunks, 4 loads in flight
+  // the input rows into shared memory (SILU: silu(gate) * up in float, stored as bf16): 16-byte chunks, 4 loads in flight
   const int per_row = inter / 8, chunks = m * per_row;
   for (int c0 = threadIdx.x; c0 < chunks; c0 += 4 * blockDim.x) {
     uint4 g4[4], u4[4];
@@ -40,7 +42,7 @@ extern "C" __global__ void silu_mul_down(const bf16* __restrict__ gu, long long 
       if (c < chunks) {
         const bf16* src = gu + (long long)(c / per_row) * gu_stride + (c % per_row) * 8;
         g4[q] = ld16(src);
-        u4[q] = ld16(src + inter);
+        if (SILU) u4[q] = ld16(src + inter);
       }
     }
 #pragma unroll
@@ -49,12 +51,14 @@ extern "C" __global__ void silu_mul_down(const bf16* __restrict__ gu, long long 
       if (c < chunks) {
         const bf16* g = reinterpret_cast<const bf16*>(&g4[q]);
         const bf16* u = reinterpret_cast<const bf16*>(&u4[q]);
-        uint4 o;
+        uint4 o = g4[q];  // the plain product: x itself
         bf16* ob = reinterpret_cast<bf16*>(&o);
+        if (SILU) {
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-          const float x = __bfloat162float(g[j]);
-          ob[j] = __float2bfloat16(x / (1.f + __expf(-x)) * __bfloat162float(u[j]));
+          for (int j = 0; j < 8; j++) {
+            const float x = __bfloat162float(g[j]);
+            ob[j] = __float2bfloat16(x / (1.f + __expf(-x)) * __bfloat162float(u[j]));
+          }
         }
         *reinterpret_cast<uint4*>(act + (c / per_row) * inter + (c % per_row) * 8) = o;
       }
@@ -90,4 +94,15 @@ extern "C" __global__ void silu_mul_down(const bf16* __restrict__ gu, long long 
       if (lane == 0) out[(long long)r * hidden + row] = __float2bfloat16(s);
     }
   }
+}
+
+extern "C" __global__ void silu_mul_down(const bf16* __restrict__ gu, long long gu_stride, int m, int inter,
+                                         const bf16* __restrict__ w, int hidden, bf16* __restrict__ out) {
+  small_m_product<true>(gu, gu_stride, m, inter, w, hidden, out);
+}
+
+// out = x @ w.T for m <= 8 rows (o_proj at batch <= 8: cuBLAS picks a 16-CTA tile there, 12 us for 4 MB).
+extern "C" __global__ void small_m_linear(const bf16* __restrict__ x, long long x_stride, int m, int k,
+                                          const bf16* __restrict__ w, int n, bf16* __restrict__ out) {
+  small_m_product<false>(x, x_stride, m, k, w, n, out);
 }
