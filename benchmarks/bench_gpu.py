@@ -388,6 +388,52 @@ def small_m_kernels(bw: float) -> None:
         layers.KERNELS.small_m = False
 
 
+def gemm_time(fn, reps: int = 20) -> tuple[float, int]:
+    """(µs per call of `fn`, GPU kernels per call): `reps` calls captured in one CUDA graph (no launch gaps)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    n = sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    t = time_steps(g.replay, iters=50)
+    return t / reps * 1e6, n
+
+
+def gemm(bw: float) -> None:
+    """Experiment: the decoder layer's four GEMMs (Qwen3-0.6B shapes) at M = 1, 8, 64 rows, as the model runs
+    them (F.linear: cuBLAS), through cuBLASLt, as x @ W.T with W.T stored contiguous, and (M <= 8) through our
+    small_m_linear kernel: µs, share of the copy bandwidth for the weight reads, kernels per call (2 = split-K)."""
+    import torch.nn.functional as F
+    from minisgl_edu.model import qk_kernel
+    print("\nGEMM experiment: the layer's GEMMs at small M", flush=True)
+    shapes = {"qkv": (1024, 4096), "o_proj": (2048, 1024), "gate_up": (1024, 6144), "down": (3072, 1024)}
+    before = torch.backends.cuda.preferred_blas_library()
+    for name, (k, n) in shapes.items():
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+        wt = w.t().contiguous()
+        for m in (1, 8, 64):
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            fns = {"cublas": lambda: F.linear(x, w), "cublaslt": lambda: F.linear(x, w), "pretransposed": lambda: x @ wt}
+            if m <= 8 and qk_kernel.small_m_linear(x, w) is not None:
+                fns["small_m"] = lambda: qk_kernel.small_m_linear(x, w)
+            for variant, fn in fns.items():
+                torch.backends.cuda.preferred_blas_library("cublaslt" if variant == "cublaslt" else "cublas")
+                try:
+                    us, nk = gemm_time(fn)
+                except Exception as e:  # an experiment: report, do not fail the suite
+                    print(f"  {name} m={m} {variant}: failed: {type(e).__name__}: {e}", flush=True)
+                    continue
+                record(f"gemm_{name}_m{m}_{variant}", us, "us", (w.numel() * 2 / (us * 1e-6)) / bw,
+                       f"{k}->{n}; {nk} kernel(s) per call; ratio = weight bytes / time / copy bandwidth")
+    torch.backends.cuda.preferred_blas_library(before)
+
+
 # ---- output -------------------------------------------------------------------------------------
 def write_results() -> None:
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
