@@ -52,7 +52,7 @@ class EngineConfig:
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig(EngineConfig):
     tp: int = 1  # scheduler ranks, one process each when > 1 (chapter 8)
-    max_prefill_tokens: int = 8192  # the token budget of one prefill step (chapter 3)
+    max_prefill_tokens: int | None = None  # the token budget of one prefill step (chapter 3); None: 16384 on CUDA, 8192 on CPU
     cache: str = "radix"  # "radix" | "naive" (chapter 5)
     overlap: bool | None = None  # None: on for CUDA, off on the CPU (chapter 6)
     trace: str | None = None  # a Perfetto step trace (chapter 6); with tp > 1 rank 0 writes it at exit

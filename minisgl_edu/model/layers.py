@@ -145,8 +145,10 @@ class RowParallelLinear(nn.Module):
         param.copy_(sl[:, self.start:self.start + param.shape[1]])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = small_m_linear(x, self.weight) if KERNELS.small_m else None  # an experiment, off: KERNELS.small_m
-        y = all_reduce(F.linear(x, self.weight) if y is None else y)
+        if KERNELS.small_m and (y := small_m_linear(x, self.weight)) is not None:  # an experiment, off by default
+            y = all_reduce(y)
+        else:
+            y = all_reduce(F.linear(x, self.weight))
         return y + self.bias if self.bias is not None else y
 
 
