@@ -34,6 +34,7 @@ class EngineConfig:
     fused_kernels: bool = True  # FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on CUDA in 16 bits; False: plain ops
     qk_kernel: bool = True  # with fused_kernels: our one-launch q/k norm + RoPE + K/V store; False: FlashInfer's
     moe_impl: str | None = None  # "reference" | "grouped" (chapter 10); None: reference on CPU, grouped on CUDA
+    lean_step: bool = True  # skip per-step work no request needs (sampling controls, float32 logits); False: the plain step
     seed: int = 0
 
     def __post_init__(self):
@@ -44,7 +45,7 @@ class EngineConfig:
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig(EngineConfig):
     tp: int = 1  # scheduler ranks, one process each when > 1 (chapter 8)
-    max_prefill_tokens: int = 8192  # the token budget of one prefill step (chapter 3)
+    max_prefill_tokens: int | None = None  # the token budget of one prefill step (chapter 3); None: 16384 on CUDA, 8192 on CPU
     cache: str = "radix"  # "radix" | "naive" (chapter 5)
     overlap: bool | None = None  # None: on for CUDA, off on the CPU (chapter 6)
     trace: str | None = None  # a Perfetto step trace (chapter 6); with tp > 1 rank 0 writes it at exit

@@ -44,7 +44,8 @@ def extend_spans(reqs: list[Req]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     cached = np.fromiter((r.cached_len for r in reqs), np.int64, len(reqs))
     ext = np.fromiter((r.extend_len for r in reqs), np.int64, len(reqs))
     rows = np.repeat(np.fromiter((r.table_idx for r in reqs), np.int64, len(reqs)), ext)
-    return cached, ext, rows, ragged_arange(torch.from_numpy(ext), torch.from_numpy(cached)).numpy()
+    ends = np.cumsum(ext)  # ragged_arange in NumPy: no tensor ops on the host each step
+    return cached, ext, rows, np.arange(ends[-1] if len(ends) else 0) - np.repeat(ends - ext - cached, ext)
 
 
 class KVCache:
@@ -147,11 +148,13 @@ class PagePool:
         order = np.repeat(np.cumsum(new_pages) - new_pages - first_new, ext) + lp  # index into `pages`
         pages = self.take_pages(int(new_pages.sum()))
         to_dev = lambda a: to_device(a, self.device)
-        rows_t, pos_t = to_dev(rows), to_dev(pos)
-        loc = torch.empty(len(pos), dtype=torch.int32, device=self.device)
-        if is_new.all():  # the common case (always, when page_size == 1)
-            loc[:] = pages[to_dev(order)] * ps + (pos_t % ps).to(torch.int32)
+        rows_t, pos_t = to_dev(np.stack([rows, pos]))  # one copy to the device
+        if ps == 1:  # every position opens its own page, in order (order == arange): out_loc is `pages` itself
+            loc = pages
+        elif is_new.all():  # the common case
+            loc = pages[to_dev(order)] * ps + (pos_t % ps).to(torch.int32)
         else:
+            loc = torch.empty(len(pos), dtype=torch.int32, device=self.device)
             new_t, old_t = to_dev(np.flatnonzero(is_new)), to_dev(np.flatnonzero(~is_new))
             loc[new_t] = pages[to_dev(order[is_new])] * ps + (pos_t[new_t] % ps).to(torch.int32)
             page_start = self.page_table[rows_t[old_t], (pos_t[old_t] // ps) * ps]
