@@ -32,6 +32,10 @@ run python3 benchmarks/profile_decode.py lean_on_cublaslt --blas cublaslt --bs 1
 run python3 benchmarks/host_step.py --device cuda --model $QWEN --bs 1,256 --lean 0,1,0,1 --json $OUT/host_step.jsonl
 run python3 benchmarks/bench_gpu.py p2 p1 p4 lean gemm lt $SMALLM
 cp benchmarks/results.json "$OUT"/
+# torch's host thread pool (16 threads here) against 4: P1 and the host's share of a step, side by side
+run env OMP_NUM_THREADS=4 python3 benchmarks/host_step.py --device cuda --model $QWEN --bs 1,256 --lean 1 --json $OUT/host_step_omp4.jsonl
+run env OMP_NUM_THREADS=4 python3 benchmarks/bench_gpu.py p1
+cp benchmarks/results.json "$OUT"/results_omp4.json
 run python3 -m pytest -q -rA -p no:cacheprovider tests/gpu/test_llm_cuda.py
 echo "gpu_issue16: exit status $status" | tee -a "$LOG"
 exit $status
