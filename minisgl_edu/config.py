@@ -35,6 +35,7 @@ class EngineConfig:
     qk_kernel: bool = True  # with fused_kernels: our one-launch q/k norm + RoPE + K/V store; False: FlashInfer's
     moe_impl: str | None = None  # "reference" | "grouped" (chapter 10); None: reference on CPU, grouped on CUDA
     lean_step: bool = True  # skip per-step work no request needs (sampling controls, float32 logits); False: the plain step
+    host_threads: int | None = None  # torch's CPU threads in this process; None: 4 on CUDA (the host's share of a step is small ops), unchanged on the CPU
     seed: int = 0
 
     def __post_init__(self):

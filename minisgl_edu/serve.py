@@ -40,6 +40,7 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     ap.add_argument("--moe-impl", choices=["reference", "grouped"], help="MoE experts (default: grouped on CUDA)")
     ap.add_argument("--dummy-weights", action="store_true", help="random weights from the config (benchmarks)")
     ap.add_argument("--max-running-reqs", type=int)
+    ap.add_argument("--host-threads", type=int, help="torch CPU threads per scheduler rank (default: 4 on CUDA)")
     ap.add_argument("--max-total-tokens", type=int, help="KV pool size in tokens")
     ap.add_argument("--max-seq-len", "--context-length", dest="max_seq_len", type=int, help="cap the model's context")
     ap.add_argument("--num-tokenizers", type=int)

@@ -119,3 +119,31 @@ def test_plain_greedy_only_without_controls(kw, plain):
     st = SamplingTensors.from_reqs(reqs_at([SamplingParams(), SamplingParams(**kw)]), V,
                                    torch.device("cpu"), eos_token_ids=(0,))
     assert st.plain_greedy is plain
+
+
+def test_column_major_o_proj_is_a_layout_not_a_computation():
+    """The CUDA engine stores o_proj column-major (model.layers.column_major): same shape, same values, same
+    product; only the strides change (a row-major twin would fail the stride check, a transposed copy the values)."""
+    from minisgl_edu.model.layers import RowParallelLinear, column_major
+    torch.manual_seed(0)
+    lin = RowParallelLinear(64, 32)
+    torch.nn.init.normal_(lin.weight)
+    x, w = torch.randn(3, 64), lin.weight.detach().clone()
+    y = lin(x)
+    column_major(lin)
+    assert lin.weight.shape == (32, 64) and lin.weight.stride() == (1, 32)
+    assert torch.equal(lin.weight, w)
+    torch.testing.assert_close(lin(x), y)
+
+
+def test_host_threads_is_applied_by_the_engine(tiny):
+    """`host_threads` (config chain) sets torch's CPU threads where the engine is built; None leaves the CPU alone."""
+    before = torch.get_num_threads()
+    try:
+        tiny_llm(tiny, host_threads=1)
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        tiny_llm(tiny)  # None on the CPU: untouched
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

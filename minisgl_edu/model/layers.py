@@ -132,6 +132,13 @@ class ColumnParallelLinear(nn.Module):
         return cls(in_features, [(out_features, end - start, start)] * merged, bias)
 
 
+def column_major(linear: nn.Module) -> None:
+    """The same [out, in] weight, stored column-major (strides (1, out)): F.linear then hands cuBLAS a plain
+    x @ [in, out] product. For one row of o_proj on the H200 cuBLAS's pick drops from 12.4 to 5.1 us (issue 16);
+    at 8 and 64 rows both layouts take the same time."""
+    linear.weight.data = linear.weight.data.t().contiguous().t()
+
+
 class RowParallelLinear(nn.Module):
     """y = sum over ranks of x_r W_r^T: W's input columns split; an all-reduce joins the partial sums."""
 
