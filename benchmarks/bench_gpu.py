@@ -7,6 +7,10 @@ P2  decode step time at batch 1, 8, 64, 256 (context ~1k), eager vs CUDA graph, 
     (P3 is the same table read at batch 1: graph vs eager and vs floor)
 P4  overlap scheduling on vs off at batch 64: throughput and GPU idle share between steps
 P2x an experiment: P2 at batch 1 and 256 with RMSNorm swapped for torch's fused rms_norm
+LEAN  decode step and host time at batch 1, 8, 256 with lean_step off vs on, then P1 with it off
+GEMM  an experiment: the layer's four GEMMs at M = 1, 8, 64 via cuBLAS, cuBLASLt, a pre-transposed weight
+LT  an experiment: cuBLASLt for the GEMMs (kernels per layer, decode at batch 1 and 256, P1); after the others
+SMALLM an experiment: our kernels at <= 8 rows (o_proj; SiLU-and-mul + down) (kernels per layer, decode at 1 and 8, P1)
 PF  prefill of the anchors' 256 prompts against its compute floor (bf16 matmul rate measured in the run)
 tokens  greedy tokens with the fused kernels on vs off over P4's 64-request workload
 
@@ -67,8 +71,8 @@ def record(metric: str, value: float, unit: str, ratio: float | None = None, not
 
 
 # ---- P1 -----------------------------------------------------------------------------------------
-def p1(llm: LLM, bw: float) -> None:
-    print("\nP1 offline throughput, anchors' workload (256 requests, ignore_eos)", flush=True)
+def p1(llm: LLM, bw: float, tag: str = "") -> None:
+    print(f"\nP1{tag} offline throughput, anchors' workload (256 requests, ignore_eos)", flush=True)
     prompts, out_lens = anchors_workload()
     params = [SamplingParams(max_tokens=o, ignore_eos=True) for o in out_lens]
     llm.generate(prompts[:8], SamplingParams(max_tokens=32, ignore_eos=True), use_tqdm=False)  # warm-up
@@ -83,9 +87,11 @@ def p1(llm: LLM, bw: float) -> None:
     eng = llm.engine
     floor = decode_floor_s([len(p) for p in prompts], out_lens, weight_bytes(eng.model), kv_bytes_per_token(eng), bw)
     steps = llm.scheduler.stats
-    record("p1_offline_throughput", tokens / dt, "tok/s", (tokens / dt) / (tokens / floor),
+    record(f"p1{tag}_offline_throughput", tokens / dt, "tok/s", (tokens / dt) / (tokens / floor),
            f"{tokens} tokens in {dt:.2f} s; ratio = share of the memory floor's throughput; "
            f"{sum(s.phase == 'prefill' for s in steps)} prefill + {sum(s.phase == 'decode' for s in steps)} decode steps")
+    if tag:
+        return
     record("p1_memory_floor", tokens / floor, "tok/s", None, f"{floor:.2f} s at {bw / 1e12:.2f} TB/s copy bandwidth")
     record("p1_vs_transformers", (tokens / dt) / HF_MEASURED, "x", None,
            f"against {HF_MEASURED:.0f} tok/s measured earlier on the H200 (not re-run: --baseline hf)")
@@ -291,6 +297,143 @@ def p2x(bw: float) -> None:
         RMSNorm.forward = original
 
 
+# ---- issue 16: the lean step vs its plain twin, and a cuBLASLt experiment --------------------------
+def host_and_step(eng, batch) -> tuple[float, float]:
+    """(graph step time, median CPU time of Engine._forward per graph step) for `batch`, in seconds."""
+    graph = time_steps(lambda: eng.forward(batch), iters=100)
+    eng.timeline = Timeline(eng.device)
+    time_steps(lambda: eng.forward(batch), iters=30)
+    cpu = float(np.median([t1 - t0 for t0, t1, _, _ in list(eng.timeline.entries)[5:]]))
+    eng.timeline = None
+    return graph, cpu
+
+
+def lean(llm: LLM, bw: float) -> None:
+    """Decode step and host time at batch 1, 8 and 256 with `lean_step` off and on (the same engine and graphs:
+    the switch is read per step), then P1 with it off (P1 with it on is part p1)."""
+    print("\nLEAN decode step, lean_step off vs on (same engine), graph, context ~1k", flush=True)
+    eng = llm.engine
+    fresh_scheduler(llm, overlap=True)
+    w, kvt = weight_bytes(eng.model), kv_bytes_per_token(eng)
+    for bs in (1, 8, 256):
+        batch = make_decode_batch(eng, bs, 1024, seed=bs)
+        floor = (w + bs * 1025 * kvt) / bw
+        got = {}
+        for on in (False, True, False, True):  # twice each: the second pair is the one recorded
+            eng.lean_step = on
+            got[on] = host_and_step(eng, batch)
+        eng.lean_step = True
+        release(eng, batch)
+        for on in (False, True):
+            name = f"lean_{'on' if on else 'off'}_decode_step_bs{bs}"
+            record(name + "_graph", got[on][0] * 1e3, "ms", got[on][0] / floor, "lean_step; ratio = time / memory floor")
+            record(name + "_graph_cpu", got[on][1] * 1e3, "ms", got[on][1] / got[on][0],
+                   "median CPU time of Engine._forward; ratio = CPU time / step time")
+    p1_plain(llm, bw)
+
+
+def p1_plain(llm: LLM, bw: float) -> None:
+    llm.engine.lean_step = False
+    try:
+        p1(llm, bw, tag="_lean_off")
+    finally:
+        llm.engine.lean_step = True
+
+
+def experiment(bw: float, tag: str, sizes: tuple[int, ...]) -> None:
+    """A fresh engine under the experiment's switch (set by the caller before): kernels per decoder layer in
+    the graph replay, decode step (and its host time) and replay alone at `sizes`, then P1."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from profile_decode import kernels, one_layer
+    llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=256, cuda_graph_max_bs=256)
+    eng = llm.engine
+    w, kvt, nl = weight_bytes(eng.model), kv_bytes_per_token(eng), eng.model_config.num_hidden_layers
+    for bs in sizes:
+        batch = make_decode_batch(eng, bs, 1024, seed=bs)
+        floor = (w + bs * 1025 * kvt) / bw
+        graph, cpu = host_and_step(eng, batch)
+        g = eng.graphs.graphs[eng.graphs.padded_size(bs)]
+        replay = time_steps(g.replay, iters=100)
+        layer = one_layer(kernels(g.replay), nl)
+        release(eng, batch)
+        record(f"{tag}_decode_step_bs{bs}_graph", graph * 1e3, "ms", graph / floor, f"{tag}; ratio = time / floor")
+        record(f"{tag}_decode_step_bs{bs}_graph_cpu", cpu * 1e3, "ms", cpu / graph, f"{tag}; CPU time / step time")
+        record(f"{tag}_replay_only_bs{bs}", replay * 1e3, "ms", replay / floor, tag)
+        record(f"{tag}_kernels_per_layer_bs{bs}", len(layer), "kernels", sum(t for _, t in layer),
+               f"{tag}, graph replay; ratio = us per layer: " + ", ".join(f"{n[:32]} {t:.1f}" for n, t in layer))
+    p1(llm, bw, tag=f"_{tag}")
+
+
+def blaslt(bw: float) -> None:
+    """Experiment: torch's matmuls through cuBLASLt (`preferred_blas_library`), set before the graphs are
+    captured (does the down GEMM's split-K reduce go?). The library is set back afterwards."""
+    print("\nLT experiment: preferred_blas_library('cublaslt')", flush=True)
+    before = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library("cublaslt")
+    try:
+        experiment(bw, "lt", (1, 256))
+    finally:
+        torch.backends.cuda.preferred_blas_library(before)
+
+
+def small_m_kernels(bw: float) -> None:
+    """Experiment: our kernels for <= 8 rows (`KERNELS.small_m`, model/silu_mul_down.cu): o_proj, and SiLU-and-mul
+    + down GEMM in one launch."""
+    from minisgl_edu.model import layers
+    print("\nSMALLM experiment: our kernels for <= 8 rows (o_proj; SiLU-and-mul + down GEMM in one launch)", flush=True)
+    layers.KERNELS.small_m = True
+    try:
+        experiment(bw, "smallm", (1, 8))
+    finally:
+        layers.KERNELS.small_m = False
+
+
+def gemm_time(fn, reps: int = 20) -> tuple[float, int]:
+    """(µs per call of `fn`, GPU kernels per call): `reps` calls captured in one CUDA graph (no launch gaps)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    n = sum(1 for e in prof.events() if e.device_type.name == "CUDA")
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    t = time_steps(g.replay, iters=50)
+    return t / reps * 1e6, n
+
+
+def gemm(bw: float) -> None:
+    """Experiment: the decoder layer's four GEMMs (Qwen3-0.6B shapes) at M = 1, 8, 64 rows, as the model runs
+    them (F.linear: cuBLAS), through cuBLASLt, as x @ W.T with W.T stored contiguous, and (M <= 8) through our
+    small_m_linear kernel: µs, share of the copy bandwidth for the weight reads, kernels per call (2 = split-K)."""
+    import torch.nn.functional as F
+    from minisgl_edu.model import qk_kernel
+    print("\nGEMM experiment: the layer's GEMMs at small M", flush=True)
+    shapes = {"qkv": (1024, 4096), "o_proj": (2048, 1024), "gate_up": (1024, 6144), "down": (3072, 1024)}
+    before = torch.backends.cuda.preferred_blas_library()
+    for name, (k, n) in shapes.items():
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+        wt = w.t().contiguous()
+        for m in (1, 8, 64):
+            x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            fns = {"cublas": lambda: F.linear(x, w), "cublaslt": lambda: F.linear(x, w), "pretransposed": lambda: x @ wt}
+            if m <= 8 and qk_kernel.small_m_linear(x, w) is not None:
+                fns["small_m"] = lambda: qk_kernel.small_m_linear(x, w)
+            for variant, fn in fns.items():
+                torch.backends.cuda.preferred_blas_library("cublaslt" if variant == "cublaslt" else "cublas")
+                try:
+                    us, nk = gemm_time(fn)
+                except Exception as e:  # an experiment: report, do not fail the suite
+                    print(f"  {name} m={m} {variant}: failed: {type(e).__name__}: {e}", flush=True)
+                    continue
+                record(f"gemm_{name}_m{m}_{variant}", us, "us", (w.numel() * 2 / (us * 1e-6)) / bw,
+                       f"{k}->{n}; {nk} kernel(s) per call; ratio = weight bytes / time / copy bandwidth")
+    torch.backends.cuda.preferred_blas_library(before)
+
+
 # ---- output -------------------------------------------------------------------------------------
 def write_results() -> None:
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
@@ -298,7 +441,7 @@ def write_results() -> None:
     md = ROOT / "benchmarks" / "RESULTS.md"
     latest = {}
     for r in old + ROWS:
-        if r["hardware"] != "cpu" and r["metric"].startswith(("p1", "p2", "p3", "p4", "copy_bandwidth", "prefill", "bf16", "tokens")):
+        if r["hardware"] != "cpu" and r["metric"].startswith(("p1", "p2", "p3", "p4", "copy_bandwidth", "prefill", "bf16", "tokens", "lean", "lt_", "gemm", "smallm")):
             latest[r["metric"]] = r
     lines = ["<!-- gpu-table:start (generated by benchmarks/bench_gpu.py from results.json) -->",
              "| metric | value | unit | ratio | hardware | date | commit |", "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -335,8 +478,26 @@ def main() -> None:
             pf(llm)
         if "tokens" in args.parts:
             tokens_parity(llm)
-        if "p2x" in args.parts:
+        if "lean" in args.parts:
+            lean(llm, bw)
+        if "gemm" in args.parts:
+            gemm(bw)
+        if "lt" in args.parts or "smallm" in args.parts:
             del llm
+            import gc
+            gc.collect()
+            torch.cuda.empty_cache()
+            for name, fn in (("lt", blaslt), ("smallm", small_m_kernels)):
+                if name in args.parts:
+                    try:
+                        fn(bw)
+                    except Exception as e:  # an experiment: report, do not fail the suite
+                        print(f"{name} experiment failed: {type(e).__name__}: {e}", flush=True)
+                    gc.collect()
+                    torch.cuda.empty_cache()
+            llm = None
+        if "p2x" in args.parts:
+            llm = None
             import gc
             gc.collect()
             torch.cuda.empty_cache()
@@ -345,7 +506,7 @@ def main() -> None:
             except Exception as e:  # an experiment: report, do not fail the suite
                 print(f"P2x experiment failed: {type(e).__name__}: {e}", flush=True)
         if args.baseline == "hf":
-            del llm
+            llm = None
             torch.cuda.empty_cache()
             p1_hf_baseline()
     finally:

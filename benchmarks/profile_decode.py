@@ -1,12 +1,15 @@
 """Issue 16: the GPU kernels of one decode step at batch 1 (Qwen3-0.6B architecture, dummy weights, bf16).
 
-    python benchmarks/profile_decode.py TAG [--plain] [--no-qk-kernel] [--bs 1,64] [--json OUT.jsonl]
+    python benchmarks/profile_decode.py TAG [--plain] [--no-qk-kernel] [--lean-off] [--small-m] [--blas cublaslt] [--bs 1,64]
+                                           [--json OUT.jsonl]
 
 Profiles one eager step (engine.forward without graphs) and one CUDA-graph replay with torch.profiler,
 prints every distinct kernel with its count per step and mean time, the kernels of one decoder layer in
 launch order (cut out of the replay between two launches of the attention kernel), and times the step
 (graph and eager) and the replay alone. --plain: fused kernels off (fused_kernels=False);
---no-qk-kernel: FlashInfer's kernels for q/k norm, RoPE and the K/V copy instead of our one-launch kernel.
+--no-qk-kernel: FlashInfer's kernels for q/k norm, RoPE and the K/V copy instead of our one-launch kernel;
+--lean-off: the plain step (lean_step=False); --small-m: our kernels for <= 8 rows (o_proj; SiLU-and-mul +
+down GEMM in one launch); --blas cublaslt: the GEMMs through cuBLASLt (set before capture).
 """
 from __future__ import annotations
 
@@ -60,11 +63,20 @@ def main() -> None:
     ap.add_argument("--no-qk-kernel", action="store_true")
     ap.add_argument("--json", default=None)
     ap.add_argument("--bs", default="1", help="batch sizes, comma-separated")
+    ap.add_argument("--blas", default=None, help="torch.backends.cuda.preferred_blas_library before capture (cublaslt)")
+    ap.add_argument("--lean-off", action="store_true", help="lean_step=False (the plain step's host work)")
+    ap.add_argument("--small-m", action="store_true", help="our <= 8-row kernels on (KERNELS.small_m: o_proj, SiLU-and-mul + down)")
     args = ap.parse_args()
+    if args.small_m:
+        from minisgl_edu.model import layers
+        layers.KERNELS.small_m = True  # before the engine: its graphs capture our kernel
+    if args.blas:
+        torch.backends.cuda.preferred_blas_library(args.blas)
     from minisgl_edu import LLM
     from minisgl_edu.bench import make_decode_batch, release
     sizes = [int(b) for b in args.bs.split(",")]
-    switches = {**({"fused_kernels": False} if args.plain else {}), **({"qk_kernel": False} if args.no_qk_kernel else {})}
+    switches = {**({"fused_kernels": False} if args.plain else {}), **({"qk_kernel": False} if args.no_qk_kernel else {}),
+                **({"lean_step": False} if args.lean_off else {})}
     llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=max(sizes), cuda_graph_max_bs=max(sizes),
               max_total_tokens=max(sizes) * 1100 + 4096, **switches)  # only the switches given: "before" code lacks them
     eng = llm.engine

@@ -1,17 +1,10 @@
 """Measuring the engine (chapters 6 and 7): workloads, the memory floor, and step timelines.
 
-A decode step must at least read every weight once and the K/V of every running request once, so
-its time is bounded below by
-
-    floor = (weight bytes + KV bytes read) / copy bandwidth
-
-with the copy bandwidth measured on the same device in the same run. Benchmarks report measured
-time next to that floor (`benchmarks/bench_gpu.py`); notebooks 06 and 07 use the same helpers.
+A decode step reads every weight and the K/V of every running request at least once, so
+floor = (weight bytes + KV bytes read) / copy bandwidth, measured on the same device in the same run.
 """
 from __future__ import annotations
 
-import random
-import statistics
 import time
 from dataclasses import dataclass
 
@@ -22,30 +15,21 @@ from .trace import StepTime, Timeline
 
 
 def anchors_workload(n: int = 256, seed: int = 0) -> tuple[list[list[int]], list[int]]:
-    """The anchors' offline workload: n prompts of randint(100, 1024) tokens drawn from randint(0, 10000),
-    then n output lengths randint(100, 1024), all from one `random.seed(seed)`."""
-    random.seed(seed)
-    prompts = [[random.randint(0, 10000) for _ in range(random.randint(100, 1024))] for _ in range(n)]
-    outputs = [random.randint(100, 1024) for _ in range(n)]
-    return prompts, outputs
+    """The anchors' offline workload as (prompts, output lengths): the serving benchmark's random dataset at its
+    default ranges (`bench_serve.random_requests`: lengths in [100, 1024], ids in [0, 10000], one seeded RNG)."""
+    from .bench_serve import random_requests
+    reqs = random_requests(n, seed)
+    return [r.prompt for r in reqs], [r.output_len for r in reqs]
 
 
 def copy_bandwidth(device: torch.device | str = "cuda", nbytes: int = 2 << 30, iters: int = 10) -> float:
-    """Device-to-device copy bandwidth in bytes/s, counting bytes read + bytes written (median of `iters`)."""
+    """Device-to-device copy bandwidth in bytes/s, counting bytes read + bytes written (`iters` copies back to back)."""
     x = torch.empty(nbytes, dtype=torch.uint8, device=device).random_()  # not zeros
     y = torch.empty_like(x)
-    y.copy_(x)
-    times = []
-    for _ in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        y.copy_(x)
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e) / 1e3)
+    seconds = time_steps(lambda: y.copy_(x), iters, warmup=1, sync=lambda: torch.cuda.synchronize(device))
     del x, y
     torch.cuda.empty_cache()  # give the 4 GiB back: the KV pool is sized from free memory
-    return 2 * nbytes / statistics.median(times)
+    return 2 * nbytes / seconds
 
 
 def weight_bytes(model: torch.nn.Module) -> int:

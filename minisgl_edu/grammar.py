@@ -1,15 +1,9 @@
 """Chapter 9 — constrained decoding: how can a model be made to answer only JSON that fits a schema?
 
-A grammar (here compiled from a JSON schema by xgrammar, as SGLang does) is a state machine over
-text. Before each draw the request's matcher says which tokens may come next — a bit per vocabulary
-entry — and every other logit becomes -inf; after the draw the matcher accepts the chosen token and
-moves on. When the schema is complete only the end-of-sequence token is allowed, so the request
-finishes with "stop"; a schema that `max_tokens` cannot reach finishes with "length".
-
-The matcher lives on the host and must see every token before it can mask the next. With overlap
-scheduling (chapter 6) the host learns step N's token only after step N+1 is launched, so a
-constrained row reads its newest tokens from the device's token pool: one host synchronisation per
-step, paid only by batches that hold a constrained request.
+A grammar compiled from the schema by xgrammar (as SGLang does) masks, before each draw, every
+token that cannot come next; once the schema is complete only EOS is left. The matcher lives on the
+host: with overlap on (chapter 6) a constrained row reads its newest tokens from the device's token
+pool, one sync per step paid only by batches that hold a constrained request.
 """
 from __future__ import annotations
 
@@ -46,11 +40,9 @@ class GrammarBackend:
                                                        stop_token_ids=list(stop_token_ids) or None)
         self.compiler = xgr.GrammarCompiler(self.info)
         self.vocab_size = vocab_size
-        self.compile = functools.lru_cache(MAX_GRAMMARS)(self._compile)
-
-    def _compile(self, schema: str):
-        # compact JSON: free whitespace would let a small model loop on spaces until max_tokens
-        return self.compiler.compile_json_schema(schema, any_whitespace=False)
+        # compact JSON (any_whitespace=False): free whitespace would let a small model loop on spaces until max_tokens
+        self.compile = functools.lru_cache(MAX_GRAMMARS)(
+            lambda schema: self.compiler.compile_json_schema(schema, any_whitespace=False))
 
     def new_state(self, schema: str) -> GrammarState:
         """A fresh matcher for `schema`; ValueError if xgrammar cannot compile it."""

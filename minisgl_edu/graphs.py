@@ -89,6 +89,7 @@ class GraphRunner:
         self.input_ids[:bs].copy_(batch.input_ids, non_blocking=True)
         self.positions[:bs].copy_(batch.positions, non_blocking=True)
         self.out_loc[:bs].copy_(batch.out_loc, non_blocking=True)
-        self.out_loc[bs:pbs].fill_(self.dummy_slot)  # stale real slots here would overwrite someone's KV
+        if pbs > bs:
+            self.out_loc[bs:pbs].fill_(self.dummy_slot)  # stale real slots here would overwrite someone's KV
         self.graphs[pbs].replay()
         return self.outputs[pbs][:bs]

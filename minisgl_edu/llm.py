@@ -1,17 +1,9 @@
-"""The offline API: the scheduler in this process (tp=1), no ZMQ.
+"""The offline API: the scheduler in this process (tp=1; `LLM(tp=N)`: the server's scheduler rank
+processes, `RankGroup`), no HTTP. `LLM(trace="steps.json")` writes a Perfetto step trace (chapter 6).
 
-    from minisgl_edu import LLM, SamplingParams
     llm = LLM()                                   # the default model, device picked automatically
     out = llm.generate(["The capital of France is"], SamplingParams(max_tokens=16))
-    out[0]["text"], out[0]["token_ids"]           # the generated part only
-
-String prompts are used as they are (raw text) unless `chat=True`, which wraps each in the model's
-chat template as one user message.
-
-`LLM(trace="steps.json")` writes a Chrome/Perfetto step trace (chapter 6) each time `generate`
-returns (with tp > 1: rank 0, at `close()`); open it in https://ui.perfetto.dev.
-
-`LLM(tp=N)` runs N scheduler rank processes, the very ones `serve --tp N` runs (`RankGroup`).
+    out[0]["text"], out[0]["token_ids"]           # the generated part only; chat=True: the chat template
 """
 from __future__ import annotations
 
@@ -20,11 +12,10 @@ import logging
 import time
 import warnings
 import weakref
-from dataclasses import replace
 
 import torch
 
-from .config import SchedulerConfig, default_device, load_tokenizer, resolve_model
+from .config import SchedulerConfig, load_tokenizer, resolve_model
 from .messages import (AbortMsg, BatchBackendMsg, BatchRecord, DetokenizeMsg, RankReport, RecordMsg, ReportMsg,
                        UserMsg, unbatch)
 from .model import check_tp, load_config
@@ -41,10 +32,8 @@ class RankFailed(RuntimeError):
 
 
 class RankGroup:
-    """`LLM(tp=N)`'s ranks: the server's scheduler rank processes (`server/scheduler_proc.py`), with
-    this process in the tokenizer's and the detokenizer's place. It pushes messages to rank 0's
-    mailbox (rank 0 forwards them to the others) and reads the replies; every wait has a limit and
-    checks that the ranks are alive, so a dead or stuck rank raises `RankFailed`, never a hang."""
+    """`LLM(tp=N)`'s ranks: the server's scheduler rank processes, with this process in the tokenizer's and
+    the detokenizer's place. Every wait has a limit and checks the ranks: a dead or stuck one raises `RankFailed`."""
 
     def __init__(self, cfg: SchedulerConfig):
         self.size, self.timeout_s = cfg.tp, cfg.tp_timeout_s
@@ -75,9 +64,8 @@ class RankGroup:
         self.to_rank0.put(msg)
 
     def next_replies(self, timeout_s: float | None = None) -> list:
-        """The next replies (live BatchRecords go to `live_steps`); raise RankFailed if a rank failed,
-        died, or nothing came in time. The default limit is a backstop: a stuck collective raises
-        inside the ranks after `tp_timeout_s`."""
+        """The next replies (live BatchRecords go to `live_steps`); RankFailed if a rank failed, died, or
+        nothing came in time (a backstop: a stuck collective raises inside the ranks after `tp_timeout_s`)."""
         timeout_s = timeout_s or self.timeout_s + 60
         deadline = time.monotonic() + timeout_s
         while True:
@@ -155,17 +143,12 @@ class LLM:
         if kw.get("tp", 1) > 1:
             refuse_unguarded_main()  # first: a child importing an unguarded script leaves before any work
         self.cfg = cfg = SchedulerConfig(model_path=resolve_model(model), **kw)
-        if cfg.device is None:
-            self.cfg = cfg = replace(cfg, device=default_device())
-        if cfg.tp < 1:
-            raise ValueError(f"tp must be >= 1, got {cfg.tp}")
         self.model_path, self.tp = cfg.model_path, cfg.tp
         self.ranks, self.engine, self.scheduler, self.tracer = None, None, None, None
         self._uids = itertools.count()
-        if cfg.tp > 1:
-            check_tp(load_config(self.model_path), cfg.tp)  # refuse a bad split here, before any process starts
         self.tokenizer = load_tokenizer(self.model_path)
         if cfg.tp > 1:  # chapter 8: every rank is a child process running this same engine + scheduler
+            check_tp(load_config(self.model_path), cfg.tp)  # a bad split is refused before any process starts
             self.ranks = RankGroup(cfg)
         else:
             self.scheduler = build_scheduler(cfg)
@@ -192,39 +175,41 @@ class LLM:
 
     def generate(self, prompts, sampling_params: SamplingParams | list[SamplingParams] | None = None,
                  chat: bool = False, use_tqdm: bool = True) -> list[dict]:
-        """Generate for every prompt together; return [{"text", "token_ids", "finish_reason"}] in order."""
+        """Generate for every prompt together; return [{"text", "token_ids", "finish_reason", "prompt_tokens"}] in order."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         params = sampling_params or SamplingParams()
         params = params if isinstance(params, list) else [params] * len(prompts)
         if len(params) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(params)} sampling params")
-        if self.ranks is not None:  # rank 0's tokens; every rank computed the same ones
-            reqs = [(next(self._uids), self.encode(p, chat), sp) for p, sp in zip(prompts, params)]
+        reqs = [(next(self._uids), self.encode(p, chat), sp) for p, sp in zip(prompts, params)]
+        if self.ranks is None:
+            outs = self._run(reqs, use_tqdm)
+        else:  # rank 0's tokens; every rank computed the same ones
             outs = self.ranks.generate(reqs)
-            if any(outs[uid]["clamped"] for uid, _, _ in reqs):
+            if any(o["clamped"] for o in outs.values()):
                 warnings.warn("max_tokens cut to fit the context")
-            return [{"text": self.decode(outs[uid]["token_ids"]), "token_ids": outs[uid]["token_ids"],
-                     "finish_reason": outs[uid]["finish_reason"], "prompt_tokens": len(ids)} for uid, ids, _ in reqs]
-        sched = self.scheduler
-        uids, reqs = [], []
-        try:  # validate everything first: a bad prompt queues nothing
-            for prompt, sp in zip(prompts, params):
-                uid = next(self._uids)
-                reqs.append(sched.add_request(uid, self.encode(prompt, chat), sp))
-                uids.append(uid)
+        return [{"text": self.decode(outs[uid]["token_ids"]), "token_ids": outs[uid]["token_ids"],
+                 "finish_reason": outs[uid]["finish_reason"], "prompt_tokens": len(ids)} for uid, ids, _ in reqs]
+
+    def _run(self, reqs: list[tuple[int, list[int], SamplingParams]], use_tqdm: bool) -> dict[int, dict]:
+        """tp=1: queue every request (all or none: a bad one aborts the others), step until all finish."""
+        sched, added = self.scheduler, []
+        try:
+            for uid, ids, sp in reqs:
+                added.append(sched.add_request(uid, ids, sp))
         except Exception:
-            for uid in uids:
-                sched.abort(uid)
+            for r in added:
+                sched.abort(r.uid)
             raise
-        for r in reqs:
+        for r in added:
             if r.clamped:
                 warnings.warn(f"max_tokens cut to {r.max_device_len - r.prompt_len} to fit the context")
         from tqdm.auto import tqdm
-        bar = tqdm(total=sum(r.max_device_len - r.prompt_len for r in reqs), desc="generate", unit="tok",
+        bar = tqdm(total=sum(r.max_device_len - r.prompt_len for r in added), desc="generate", unit="tok",
                    disable=not use_tqdm)
         done = 0
-        while done < len(reqs):
+        while done < len(added):
             outs = sched.step()
             bar.update(len(outs))
             done += sum(o.finished for o in outs)
@@ -233,8 +218,7 @@ class LLM:
             sched.check_integrity()
         if self.tracer is not None:
             self.tracer.save()  # every step so far: a later generate() rewrites it with more
-        return [{"text": self.decode(r.output_ids), "token_ids": r.output_ids, "finish_reason": r.finish_reason,
-                 "prompt_tokens": r.prompt_len} for r in reqs]
+        return {r.uid: {"token_ids": r.output_ids, "finish_reason": r.finish_reason} for r in added}
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer else ""

@@ -1,8 +1,5 @@
-"""Helpers for the notebooks (not a chapter): where did this run, and how do I look at the ledgers?
-
-Every notebook starts with `header()` so its stored outputs say which hardware, date, commit and
-torch produced them. The other helpers only *display* library state (tables, the radix tree, the
-page pool); they never change it.
+"""Helpers for the notebooks (not a chapter): `header()` says which hardware, date, commit and torch
+produced a notebook's outputs; the others only *display* library state (tables, the radix tree, pages).
 """
 from __future__ import annotations
 
@@ -31,22 +28,17 @@ def _cpu_model() -> str:
 def _git_commit() -> str:
     if os.environ.get("MINISGL_COMMIT"):  # set by scripts/gpu_env.sh: a GPU machine gets the tree, not our .git
         return os.environ["MINISGL_COMMIT"]
-    here = Path(__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
-                             timeout=10)
-        commit = out.stdout.strip()
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parent,
+                              capture_output=True, text=True, timeout=10).stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
-        commit = ""
-    return commit or "unknown"
+        return "unknown"
 
 
 def header() -> str:
     """Print (and return) the hardware, UTC date, git commit and torch version of this run."""
-    if torch.cuda.is_available():
-        hw = f"GPU {torch.cuda.get_device_name(0)}"
-    else:
-        hw = f"CPU {_cpu_model()} ({torch.get_num_threads()} threads)"
+    hw = (f"GPU {torch.cuda.get_device_name(0)}" if torch.cuda.is_available()
+          else f"CPU {_cpu_model()} ({torch.get_num_threads()} threads)")
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     text = f"hardware: {hw}\ndate:     {date}\ncommit:   {_git_commit()}\ntorch:    {torch.__version__}"
     print(text)
@@ -82,11 +74,8 @@ def _short(values, limit: int = 8) -> str:
 
 
 def draw_tree(cache, decode=None, limit: int = 8) -> str:
-    """Render a RadixCache as indented text, print it and return it.
-
-    Each node shows its key (token ids, or `decode(ids)` when given), the KV slot locations it
-    holds, its ref count (locked when > 0) and its last access tick.
-    """
+    """Print and return a RadixCache as indented text: each node's key (token ids, or `decode(ids)`), its
+    KV slots, ref count (locked when > 0) and last access tick."""
     lines = [f"root  (evictable={cache.evictable_size}, protected={cache.protected_size})"]
 
     def visit(node, prefix: str) -> None:
@@ -118,12 +107,9 @@ def page_owners(pool, reqs=(), cache=None) -> list[str]:
     if cache is not None and getattr(cache, "root", None) is not None:
         for p in (cache.all_locations()[::ps] // ps).tolist():
             owner[p] = "cache"
-    for r in reqs:
-        if r.table_idx < 0:
-            continue
+    for r in (r for r in reqs if r.table_idx >= 0):
         for p in pool.pages_of(r).tolist():
-            if owner[p] == "":
-                owner[p] = f"uid {r.uid}"
+            owner[p] = owner[p] or f"uid {r.uid}"
     return owner
 
 
@@ -164,8 +150,7 @@ def plot_tree(cache, decode=None, ax=None, title: str = "", width: int = 18):
     def place(node, depth: int) -> float:
         kids = sorted(node.children.values(), key=lambda n: [int(t) for t in n.key])
         xs = [place(k, depth + 1) for k in kids]
-        for k in kids:
-            edges.append((node, k))
+        edges.extend((node, k) for k in kids)
         x = sum(xs) / len(xs) if xs else next_x[0]
         if not xs:
             next_x[0] += 1.0

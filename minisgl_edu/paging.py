@@ -1,17 +1,9 @@
 """Chapter 4 — Pages and the page table: where does each token's K/V live?
 
-The KV pool is one big array of *slots* per layer; slots are handed out a page (page_size slots)
-at a time from a free list. Each running request owns one row of the page table, and that row
-stores a **raw slot location per token position**, not a page number:
-
-    page_table[table_idx, pos] = page * page_size + pos % page_size
-
-So a kernel never needs to know the page size: it reads every page as if it held one token.
-`token_pool` has the same shape and holds the token id at each position, on the device, so the
-next step's input ids can be gathered without a trip through the host.
-
-    slots:  [ page 0 | page 1 | ... | page num_pages-1 | dummy page ]
-                                                         ^ padding lanes (CUDA graphs) write here only
+Slots are handed out a page at a time from a free list; a request's page-table row stores a **raw
+slot location per position** (`page * page_size + pos % page_size`), so a kernel reads every page as
+if it held one token. `token_pool` (same shape) holds the token ids on the device. After the last
+real page comes the dummy page: the only one padding lanes (CUDA graphs) write.
 """
 from __future__ import annotations
 
@@ -27,9 +19,8 @@ def cdiv(a, b):
 
 
 def to_device(a: np.ndarray, device: torch.device, host: bool = False) -> torch.Tensor:
-    """Host array -> tensor for `device` without stalling the CPU: through pinned memory, non-blocking
-    (from pageable memory a copy may wait for the stream; chapter 6's overlap loop must not).
-    host=True stops at the pinned host tensor (FlashInfer's `plan()` copies those itself, chapter 7)."""
+    """Host array -> tensor for `device` through pinned memory, non-blocking: the CPU never waits for the
+    stream (chapter 6). host=True stops at the pinned host tensor (FlashInfer's `plan()` copies it, chapter 7)."""
     t = torch.from_numpy(np.ascontiguousarray(a))
     if torch.device(device).type != "cuda":
         return t
@@ -53,7 +44,8 @@ def extend_spans(reqs: list[Req]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     cached = np.fromiter((r.cached_len for r in reqs), np.int64, len(reqs))
     ext = np.fromiter((r.extend_len for r in reqs), np.int64, len(reqs))
     rows = np.repeat(np.fromiter((r.table_idx for r in reqs), np.int64, len(reqs)), ext)
-    return cached, ext, rows, ragged_arange(torch.from_numpy(ext), torch.from_numpy(cached)).numpy()
+    ends = np.cumsum(ext)  # ragged_arange in NumPy: no tensor ops on the host each step
+    return cached, ext, rows, np.arange(ends[-1] if len(ends) else 0) - np.repeat(ends - ext - cached, ext)
 
 
 class KVCache:
@@ -65,8 +57,7 @@ class KVCache:
         # empty, not zeros: untouched slots cost no memory on the CPU; the dummy page is zeroed
         self.kv = torch.empty(2, num_layers, num_slots, kv_heads, head_dim, dtype=dtype, device=device)
         self.k, self.v = self.kv[0], self.kv[1]  # K and V side by side: one copy can write both (store_kv)
-        self.k[:, num_pages * page_size:].zero_()
-        self.v[:, num_pages * page_size:].zero_()
+        self.kv[:, :, num_pages * page_size:].zero_()
         self.dummy_page = num_pages
 
     def store(self, layer: int, out_loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -79,14 +70,8 @@ class KVCache:
 
 
 class PagePool:
-    """The free list of pages, the page table and the token pool, plus the free table rows.
-
-    Regions of one request's page-table row while it runs:
-
-        pos:  0 ......... matched_len ......... cached_len ......... device_len
-              | prefix cache's |   this request's own   |  this step's   |
-              | pages (locked) |   pages (full + tail)  |  new out_loc   |
-    """
+    """The free list of pages, the page table and the token pool, plus the free table rows. A running
+    request's row: [0, matched_len) the prefix cache's pages, [matched_len, cached_len) its own, then this step's."""
 
     def __init__(self, num_pages: int, page_size: int, max_running_reqs: int, max_seq_len: int,
                  device: torch.device):
@@ -121,9 +106,8 @@ class PagePool:
             self.free_pages = torch.cat([self.free_pages, (locs[:: self.page_size] // self.page_size).to(torch.int32)])
 
     def pages_of(self, req: Req, start: int | None = None, in_step: bool = False) -> torch.Tensor:
-        """The pages `req` holds itself, from position `start` (page-aligned; default matched_len, below
-        which the pages are the prefix cache's) through its partial last page. Between steps that is
-        cached_len; `in_step`: after assign_locations and before complete_one, it is device_len."""
+        """The pages `req` holds itself, from `start` (page-aligned; default matched_len) through its partial
+        last page: cached_len between steps, device_len `in_step` (after assign_locations, before complete_one)."""
         ps, end = self.page_size, req.device_len if in_step else req.cached_len
         start = req.matched_len if start is None else start
         return self.page_table[req.table_idx, start: cdiv(end, ps) * ps: ps] // ps  # one slot names its page
@@ -153,11 +137,8 @@ class PagePool:
 
     # ---- locations for one step ----------------------------------------------------------------
     def assign_locations(self, reqs: list[Req]) -> torch.Tensor:
-        """Give every position in [cached_len, device_len) of every request a slot; return out_loc.
-
-        A position continues its request's last, partial page when there is one (same page, next
-        offset) and otherwise opens a fresh page from the free list.
-        """
+        """Give every position in [cached_len, device_len) a slot (continuing a partial last page, else a fresh
+        page); return out_loc."""
         ps = self.page_size
         cached, ext, rows, pos = extend_spans(reqs)
         first_new = cdiv(cached, ps)  # logical pages below this already exist
@@ -167,11 +148,13 @@ class PagePool:
         order = np.repeat(np.cumsum(new_pages) - new_pages - first_new, ext) + lp  # index into `pages`
         pages = self.take_pages(int(new_pages.sum()))
         to_dev = lambda a: to_device(a, self.device)
-        rows_t, pos_t = to_dev(rows), to_dev(pos)
-        loc = torch.empty(len(pos), dtype=torch.int32, device=self.device)
-        if is_new.all():  # the common case (always, when page_size == 1)
-            loc[:] = pages[to_dev(order)] * ps + (pos_t % ps).to(torch.int32)
+        rows_t, pos_t = to_dev(np.stack([rows, pos]))  # one copy to the device
+        if ps == 1:  # every position opens its own page, in order (order == arange): out_loc is `pages` itself
+            loc = pages
+        elif is_new.all():  # the common case
+            loc = pages[to_dev(order)] * ps + (pos_t % ps).to(torch.int32)
         else:
+            loc = torch.empty(len(pos), dtype=torch.int32, device=self.device)
             new_t, old_t = to_dev(np.flatnonzero(is_new)), to_dev(np.flatnonzero(~is_new))
             loc[new_t] = pages[to_dev(order[is_new])] * ps + (pos_t[new_t] % ps).to(torch.int32)
             page_start = self.page_table[rows_t[old_t], (pos_t[old_t] // ps) * ps]

@@ -1,22 +1,9 @@
 """Chapter 3 — Prefill budget and chunked prefill: what goes into this step, and how much of it?
 
-Two budgets decide a prefill batch:
-
-* the **token budget** — how many tokens this step may extend in all (`max_prefill_tokens`);
-* the **reserved size** — KV pages that requests already admitted may still claim before they
-  finish. Admission reserves a request's *whole* future (prompt + max_tokens), so a running request
-  never runs out of pages and nothing ever has to be preempted.
-
-A waiting request is admitted when five conditions hold, in this order:
-
-  1. a page-table row is free;
-  2. token budget is left;
-  3. its estimated pages + the reserved size fit in free + evictable pages;
-  4. its matched prefix is locked (so eviction cannot take it);
-  5. re-checked after the lock: locking moved the prefix from evictable to protected.
-
-A prompt larger than what is left of the token budget is *chunked*: this step extends only part of
-it (`device_len < prompt_len`), nothing is sampled for it, and it comes back first next step.
+Two budgets decide a prefill batch: the **token budget** (tokens this step may extend) and the
+**reserved size** (pages admitted requests may still claim, so nothing is ever preempted).
+`PrefillAdder.try_add` checks the five admission conditions in the chapter's order; a prompt larger
+than what is left of the budget is *chunked* (`device_len < prompt_len`) and comes back first next step.
 """
 from __future__ import annotations
 

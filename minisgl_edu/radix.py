@@ -1,12 +1,8 @@
 """Chapter 5 — Radix cache and eviction: which prefix is already computed, and what may be thrown away?
 
-A radix tree keyed by token ids (by whole pages when page_size > 1). Each node holds a run of
-tokens (`key`) and the KV slot locations computed for them (`value`). A running request *locks* the
-path to the node its prefix matched: a locked node (ref_count > 0) is protected, an unlocked leaf is
-evictable, least recently used first.
-
-    size accounting (in tokens):  evictable_size + protected_size == every token stored in the tree
-
+A radix tree keyed by token ids (whole pages when page_size > 1), a node holding a run of tokens
+(`key`) and their KV slots (`value`). A locked node (ref_count > 0) is protected, an unlocked leaf
+evictable, least recently used first: evictable_size + protected_size == the tokens in the tree.
 `NaiveCache` has the same interface and shares nothing: the `--cache naive` twin.
 """
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """Chapter 2 — Req and Batch: how far has each request got?
 
-A request is a ledger of three lengths over its token sequence:
+A request is a ledger of three lengths, 0 <= cached_len < device_len <= max_device_len:
 
     position:  0 ........ cached_len ........ device_len ........ max_device_len
                | KV computed | this step extends |  still to generate   |
                |<----------->|<-- extend_len --->|                      |
-
-* `cached_len`     — tokens whose K/V already sit in the KV pool (computed, or matched in the radix cache)
-* `device_len`     — tokens that will be on the device after this step (prompt so far + sampled tokens)
-* `max_device_len` — prompt + max_tokens: the most this request can ever hold
-
-Invariant: 0 <= cached_len < device_len <= max_device_len. A decode step extends by exactly one
-token; `complete_one()` then moves the window: cached_len = device_len; device_len += 1.
 """
 from __future__ import annotations
 
@@ -42,34 +35,28 @@ class SamplingParams:
     json_schema: str | None = None  # a JSON schema the output must match (a grammar mask each step)
 
     def validate(self, vocab_size: int | None = None) -> None:
-        """Raise ValueError with a clear message for values no engine could honour."""
-        t = self.temperature
-        if not isinstance(t, (int, float)) or math.isnan(t) or math.isinf(t) or t < 0:
-            raise ValueError(f"temperature must be a finite number >= 0, got {t!r}")
-        if not isinstance(self.top_p, (int, float)) or not (0.0 < self.top_p <= 1.0):
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or (self.top_k < 1 and self.top_k != -1):
-            raise ValueError(f"top_k must be -1 (off) or an integer >= 1, got {self.top_k!r}")
-        if not _is_int(self.max_tokens) or self.max_tokens <= 0:
-            raise ValueError(f"max_tokens must be an integer > 0, got {self.max_tokens!r}")
-        self._validate_controls(vocab_size or 2**31)
-
-    def _validate_controls(self, vocab: int) -> None:
-        for name, lo, hi in [("presence_penalty", -2, 2), ("frequency_penalty", -2, 2), ("min_p", 0, 1),
-                             ("repetition_penalty", 1e-6, 1e6)]:
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not lo <= v <= hi:  # NaN fails both comparisons
-                raise ValueError(f"{name} must be in [{lo}, {hi}], got {v!r}")
+        """Raise ValueError, its first word the field's name, for values no engine could honour."""
+        num = lambda v: isinstance(v, (int, float))  # NaN then fails every comparison below
+        for name, ok, what in [
+                ("temperature", lambda t: num(t) and 0 <= t < math.inf, "a finite number >= 0"),
+                ("top_p", lambda p: num(p) and 0 < p <= 1, "in (0, 1]"),
+                ("top_k", lambda k: _is_int(k) and (k >= 1 or k == -1), "-1 (off) or an integer >= 1"),
+                ("max_tokens", lambda n: _is_int(n) and n > 0, "an integer > 0"),
+                ("presence_penalty", lambda v: num(v) and -2 <= v <= 2, "in [-2, 2]"),
+                ("frequency_penalty", lambda v: num(v) and -2 <= v <= 2, "in [-2, 2]"),
+                ("min_p", lambda v: num(v) and 0 <= v <= 1, "in [0, 1]"),
+                ("repetition_penalty", lambda v: num(v) and 1e-6 <= v <= 1e6, "in [1e-06, 1000000.0]"),
+                ("min_tokens", lambda n: _is_int(n) and 0 <= n <= self.max_tokens, "in [0, max_tokens]"),
+                ("logprobs", lambda n: n is None or (_is_int(n) and 0 <= n <= 20), "None or in [0, 20]")]:
+            if not ok(v := getattr(self, name)):
+                raise ValueError(f"{name} must be {what}, got {v!r}")
+        vocab = vocab_size or 2**31
         if any(not _is_int(t) or not 0 <= t < vocab for t, _ in self.logit_bias):
             raise ValueError(f"logit_bias keys must be token ids in [0, {vocab})")
-        if any(not isinstance(b, (int, float)) or not -100 <= b <= 100 for _, b in self.logit_bias):
+        if any(not num(b) or not -100 <= b <= 100 for _, b in self.logit_bias):
             raise ValueError("logit_bias values must be in [-100, 100]")
         if any(not _is_int(t) or not 0 <= t < vocab for t in self.stop_token_ids):
             raise ValueError(f"stop_token_ids must be token ids in [0, {vocab})")
-        if not _is_int(self.min_tokens) or not 0 <= self.min_tokens <= self.max_tokens:
-            raise ValueError(f"min_tokens must be in [0, max_tokens], got {self.min_tokens!r}")
-        if self.logprobs is not None and (not _is_int(self.logprobs) or not 0 <= self.logprobs <= 20):
-            raise ValueError(f"logprobs must be None or in [0, 20], got {self.logprobs!r}")
 
     @property
     def needs_penalties(self) -> bool:

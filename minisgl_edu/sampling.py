@@ -12,7 +12,7 @@ token yet when step N+1 is launched, while the pool already holds it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -71,6 +71,35 @@ class SamplingTensors:
         if token_pool is not None and any(r.grammar is not None for r in reqs):
             mask = allowed_mask(reqs, vocab, token_pool)
             st.allowed = mask if device.type != "cuda" else mask.pin_memory().to(device, non_blocking=True)
+        return st
+
+    @property
+    def plain_greedy(self) -> bool:
+        """Greedy with no control and no logprobs: only the argmax of the logits matters, in any dtype."""
+        return self.all_greedy and self.logprobs_k < 0 and self.bias is None and self.banned is None and \
+            self.penalties is None and self.allowed is None
+
+
+def per_step(r: Req) -> bool:
+    """Whether `r`'s sampling tensors change from step to step: a seed mixed with the position, penalties over
+    its tokens so far, a min_tokens ban that lifts, a grammar mask."""
+    p = r.sampling
+    return (p.seed is not None and p.temperature > 0) or p.needs_penalties or p.min_tokens > 0 or r.grammar is not None
+
+
+@dataclass
+class SamplingCache:
+    """The last batch's SamplingTensors, reused while the same requests are sampled and none is `per_step`
+    (a decode batch keeps its requests for many steps: no host loop and no copies then)."""
+    reqs: list[Req] = field(default_factory=list)
+    st: SamplingTensors | None = None
+
+    def get(self, reqs: list[Req], vocab: int, device: torch.device, eos_token_ids: tuple[int, ...] = (),
+            token_pool: torch.Tensor | None = None) -> SamplingTensors:
+        if self.st is not None and self.reqs == reqs:  # Req compares by identity: one C-level pass
+            return self.st
+        st = SamplingTensors.from_reqs(reqs, vocab, device, eos_token_ids, token_pool)
+        self.reqs, self.st = ([], None) if any(map(per_step, reqs)) else (list(reqs), st)
         return st
 
 

@@ -1,12 +1,7 @@
-"""Chapter 9 — the full server: `python -m minisgl_edu.serve`.
+"""Chapter 9 — the full server: `python -m minisgl_edu.serve [--shell] [--tp N] ...`.
 
-    python -m minisgl_edu.serve                      # the default model on http://127.0.0.1:1919
-    python -m minisgl_edu.serve --shell              # chat in the terminal instead of HTTP
-    python -m minisgl_edu.serve --tp 3 --device cpu  # three scheduler ranks (gloo), one ledger
-
-It starts the scheduler rank(s), the tokenizer(s) and the detokenizer as processes, waits for each to
-be ready, then serves the OpenAI-compatible API (`server/api.py`) until Ctrl-C / SIGTERM or until a
-worker dies (exit code 1).
+It starts the scheduler rank(s), the tokenizer(s) and the detokenizer, waits for each to be ready,
+then serves the OpenAI-compatible API (`server/api.py`) until Ctrl-C / SIGTERM or a worker dies (exit 1).
 """
 from __future__ import annotations
 
@@ -15,9 +10,8 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import replace
 
-from .config import ServerConfig
+from .config import ServerConfig, resolve_model
 
 log = logging.getLogger("minisgl_edu")
 
@@ -46,6 +40,7 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     ap.add_argument("--moe-impl", choices=["reference", "grouped"], help="MoE experts (default: grouped on CUDA)")
     ap.add_argument("--dummy-weights", action="store_true", help="random weights from the config (benchmarks)")
     ap.add_argument("--max-running-reqs", type=int)
+    ap.add_argument("--host-threads", type=int, help="torch CPU threads per scheduler rank (default: 4 on CUDA)")
     ap.add_argument("--max-total-tokens", type=int, help="KV pool size in tokens")
     ap.add_argument("--max-seq-len", "--context-length", dest="max_seq_len", type=int, help="cap the model's context")
     ap.add_argument("--num-tokenizers", type=int)
@@ -64,14 +59,9 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     if folder := kw.pop("exercises", None):  # the build path's capstone: $MINISGL_EXERCISES reaches every child process
         from .exercises.swap import use_folder
         log.info("exercises swapped in: %s", ", ".join(use_folder(folder)) or "none (all stubs)")
-    if kw.get("tp", 1) < 1 or kw.get("num_tokenizers", 1) < 1:
-        ap.error("--tp and --num-tokenizers must be >= 1")
-    from .config import default_device, resolve_model
     from .model import check_tp, load_config
     shell = kw.pop("shell")
     cfg = ServerConfig(model_path=resolve_model(kw.pop("model")), **kw)
-    if cfg.device is None:
-        cfg = replace(cfg, device=default_device())
     check_tp(load_config(cfg.model_path), cfg.tp)  # refuse a split the model cannot take before any process starts
     return cfg, shell
 

@@ -1,23 +1,10 @@
 """Chapter 8 — TP: one ledger, many ranks. How do N ranks, each deciding on its own, reach the same
 decision every step?
 
-Only the weights are split (see `model/layers.py`); the *decisions* are not shared at all. Every
-rank runs its own copy of the same scheduler, and the ranks agree because each one is fed the same
-messages in the same steps. Rank 0 alone has the mailbox: it decides how many messages this step
-takes, broadcasts that count over the CPU group, and forwards the raw bytes; every other rank then
-reads exactly that many (`receive`). Same inputs + same deterministic code = same batch, same page
-allocations, same evictions on every rank, with no scheduler state ever sent.
-
-This module holds, in order:
-
-* the rank identity (`DistributedInfo`) and the collectives the sharded layers need
-  (`all_reduce` after a row-parallel layer, `all_gather_last_dim` for vocab-sharded logits);
-* the control-plane collectives (`broadcast_count`, `min_over_ranks`) that
-  travel over a gloo group on the host, never through the GPU stream;
-* `receive`, the one rule every scheduler rank reads its messages by (`server/scheduler_proc.py`
-  runs the rank loop, for `serve --tp N` and `LLM(tp=N)` alike).
-
-With `size == 1` every helper is the identity, so the single-GPU path pays nothing.
+Every rank runs its own copy of the scheduler and is fed the same messages in the same steps:
+rank 0 takes what arrived, broadcasts the count over the host (gloo) group and forwards the raw
+bytes; the others read exactly that many (`receive`). Only the weights are split (`model/layers.py`,
+through `all_reduce` / `all_gather_last_dim` here). With `size == 1` every helper is the identity.
 """
 from __future__ import annotations
 
@@ -84,9 +71,8 @@ _CPU_GROUP = None
 
 def init_distributed(rank: int, size: int, device: torch.device | str, init_method: str,
                      timeout_s: float = 600.0) -> None:
-    """Join the TP group: NCCL for tensors on CUDA (+ a gloo group for CPU-side control), gloo on CPU.
-    `init_method` is a `file://` path in a private temp dir (no TCP port is opened to other hosts).
-    A collective that waits longer than `timeout_s` raises instead of hanging."""
+    """Join the TP group: NCCL on CUDA (+ a gloo group for host-side control), gloo on the CPU, through a
+    `file://` `init_method` (no TCP port for other hosts). A collective waiting over `timeout_s` raises."""
     global _CPU_GROUP
     set_tp_info(rank, size)
     if size == 1:
@@ -129,14 +115,9 @@ def min_over_ranks(n: int) -> int:
 
 
 def receive(inbox, block: bool, use_count: bool = True) -> list[bytes]:
-    """This step's messages (raw bytes), the same on every rank.
-
-    `inbox` is this rank's end of the wires (`server/scheduler_proc.RankInbox`): `take(block)` is
-    what has arrived (on rank 0 its mailbox; `block`: the scheduler is idle, so first wait a little
-    for one), `forward(raws)` re-publishes rank 0's bytes to the others, `next()` is the next
-    forwarded message on ranks 1..N-1. An idle rank 0 wakes up every fraction of a second, so the
-    others never wait inside the broadcast long enough for a collective to time out.
-    `use_count=False` lets every rank take whatever *it* has seen: chapter 8's counter-example."""
+    """This step's messages (raw bytes), the same on every rank. `inbox` (`server/scheduler_proc.RankInbox`):
+    `take(block)` what has arrived, `forward(raws)` rank 0's bytes to the others, `next()` one forwarded
+    message. `use_count=False`: every rank takes whatever *it* has seen (chapter 8's counter-example)."""
     raws = inbox.take(block) if _TP.is_primary or not use_count else []
     if use_count:
         n = broadcast_count(len(raws))  # rank 0's count, on every rank

@@ -1,9 +1,7 @@
 """Chapter 6 — A step trace in Chrome/Perfetto trace-event format: where does each scheduler step spend its time?
 
-Tracing is one hook outside the loop: `Tracer.attach(scheduler)` (assigning `scheduler.tracer` does
-it) wraps the scheduler's `schedule`, `launch` and `process` in CPU spans. The forward's device span
-comes from the engine's `Timeline`, the one record of step times, which the benchmarks
-(`bench.py`) read too. Open the JSON that `save()` writes in https://ui.perfetto.dev or chrome://tracing.
+`Tracer.attach(scheduler)` wraps `schedule`, `launch` and `process` in CPU spans; the forward's
+device span comes from the engine's `Timeline`, the one record of step times (`bench.py` reads it too).
 """
 from __future__ import annotations
 
@@ -35,8 +33,7 @@ class StepStats:
 
 
 class StepTime(NamedTuple):
-    """When one forward ran, in seconds on the CPU clock (time.perf_counter): the CPU inside
-    Engine.forward, and its device work placed on the same clock (on the CPU: the CPU times)."""
+    """When one forward ran on the CPU and on the device, in seconds of time.perf_counter."""
     cpu_start: float
     cpu_end: float
     device_start: float
@@ -50,11 +47,8 @@ def _event() -> torch.cuda.Event:
 
 
 class Timeline:
-    """Engine.forward's record, one entry per step: `engine.timeline = Timeline(engine.device)`.
-
-    On CUDA an entry holds two events on the engine stream, read only once they have completed and
-    placed on the CPU clock through one origin event paired with it here (the one synchronize), so
-    recording adds no wait inside a step."""
+    """Engine.forward's record, one entry per step (`engine.timeline = Timeline(engine.device)`). On CUDA an
+    entry's two events are placed on the CPU clock through one origin event, so recording adds no wait."""
 
     def __init__(self, device: torch.device, maxlen: int | None = None):
         self.entries: deque[tuple] = deque(maxlen=maxlen)  # (cpu start, cpu end, start event, end event)

@@ -9,8 +9,18 @@ export PYTHONUNBUFFERED=1 FLASHINFER_DISABLE_JIT=${FLASHINFER_DISABLE_JIT:-1} NC
 export PYTHONPATH=${PYTHONPATH:-}:$PWD
 export PYTHONWARNINGS="ignore:IProgress not found"  # no ipywidgets there: notebooks get text progress bars
 if ! python3 -c "import flashinfer" 2>/dev/null && [ -d .gpu/whl ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl
-    export PYTHONPATH=/tmp/site:$PYTHONPATH
+    # the newest wheel of each package (bundle.sh's TVM-FFI 0.1.5 and gpu_bundle_extra.sh's 0.1.15 sit side by side)
+    wheels=$(python3 -c "
+import glob, os
+from packaging.version import Version
+best = {}
+for f in glob.glob('.gpu/whl/*.whl'):
+    name, ver = os.path.basename(f).split('-')[:2]
+    if name not in best or Version(ver) > Version(best[name][0]):
+        best[name] = (ver, f)
+print(' '.join(f for _, f in best.values()))")
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels
+    export PYTHONPATH=/tmp/site:$PYTHONPATH PATH=/tmp/site/bin:$PATH  # /tmp/site/bin: py-spy
     mkdir -p /tmp/site/flashinfer/data/aot && cp -r .gpu/fi_aot/. /tmp/site/flashinfer/data/aot/ 2>/dev/null
 fi
 [ -f .gpu/COMMIT ] && export MINISGL_COMMIT=$(cat .gpu/COMMIT)

@@ -45,3 +45,16 @@ def hf_greedy(model_path):
         return out[0, len(ids):].tolist()
 
     return lambda ids, n: run(tuple(ids), n)
+
+
+@pytest.fixture(scope="session")
+def default_server():
+    """One `python -m minisgl_edu.serve` of the default model (1024-token context, a 16k-token pool) for
+    every module that only needs a healthy server: a start costs ~20 s of CI. Stopped at session end
+    with the checks each module made of its own: SIGTERM is a clean shutdown and no worker survives."""
+    from test_server import Server, no_survivors
+    s = Server("--context-length", "1024", "--max-total-tokens", "16384")
+    yield s
+    s.stop()
+    assert s.proc.returncode == 0
+    assert no_survivors(s.children)

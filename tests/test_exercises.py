@@ -1,4 +1,4 @@
-"""The build exercises (minisgl_edu/exercises): every reference solution passes, every shipped stub is
+"""The build exercises (minisgl_edu/exercises): every reference solution (the library's own function) passes, every shipped stub is
 "not attempted", and every deliberately wrong implementation in tests/exercise_mutants/ fails with a
 message naming its problem (the EXPECT line of its docstring)."""
 from __future__ import annotations
@@ -11,7 +11,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from minisgl_edu.exercises.grade import grade_chapter, grade_one, make_stub, solution_path, stub_path
+from minisgl_edu.exercises.grade import grade_chapter, grade_one, solution_path, stub_path
 from minisgl_edu.exercises.registry import EXERCISES, build_exercises, by_id
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,26 +39,33 @@ def test_list_prints_one_line_per_exercise():
     assert all(per[ch] >= 1 for ch in CHAPTERS) and all(per[ch] >= 2 for ch in (3, 4, 5)), per
 
 
-def test_stubs_are_the_solutions_with_bodies_removed():
-    for ch in CHAPTERS:
-        names = {f for e in build_exercises(ch) for f in e.funcs}
-        assert open(stub_path(ch)).read() == make_stub(open(solution_path(ch)).read(), names), \
-            f"stubs/ch{ch:02d}.py is stale: regenerate it with grade.make_stub"
-
-
-def test_solutions_have_the_library_signatures():
-    """Each exercise function takes the parameters (names, kinds, defaults) of the library attribute it
-    replaces: a library signature that moves on shows here, not as a reader's TypeError in the engine."""
-    import inspect
-
+def test_solutions_are_the_library_itself():
+    """The reference solution of an exercise is the library attribute it replaces, not a copy of it."""
     from minisgl_edu.exercises.swap import _resolve, load_file
-    params = lambda f: [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
     for ex in build_exercises():
         mod = load_file(solution_path(ex.chapter))
         for target, fname in zip(ex.targets, ex.funcs):
             owner, attr = _resolve(target)
             original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
-            assert params(getattr(mod, fname)) == params(original), (ex.id, target)
+            assert getattr(mod, fname) is original, (ex.id, target)
+
+
+def test_stubs_are_stubs_with_the_library_signatures():
+    """Each stub function is still only `raise NotAttempted` (with a docstring saying what to write) and takes
+    the parameters (names, kinds, defaults) of the library attribute it replaces: a library signature that
+    moves on shows here, not as a reader's TypeError in the engine."""
+    import inspect
+
+    from minisgl_edu.exercises.swap import _resolve, is_stub, load_file
+    params = lambda f: [(p.name, p.kind, p.default) for p in inspect.signature(f).parameters.values()]
+    for ex in build_exercises():
+        mod = load_file(stub_path(ex.chapter))
+        for target, fname in zip(ex.targets, ex.funcs):
+            owner, attr = _resolve(target)
+            original = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+            stub = getattr(mod, fname)
+            assert is_stub(stub) and stub.__doc__, (ex.id, fname)
+            assert params(stub) == params(original), (ex.id, target)
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS)

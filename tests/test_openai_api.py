@@ -42,10 +42,9 @@ def conforms(body: dict, name: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server("--context-length", "1024", "--max-total-tokens", "16384")
-    yield s
-    s.stop()
+def server(default_server) -> Server:
+    """The session's default-model server (tests/conftest.py): a 1024-token context, a 16k-token pool."""
+    return default_server
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,25 @@ from minisgl_edu import LLM, SamplingParams
 N = 16
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_weight_load():
+    """Every LLM below differs from the others in its KV pool, cache and scheduler, never in its weights:
+    the first one loads them through the real loader, the others reuse that model (saves ~5 s each)."""
+    import minisgl_edu.engine as engine
+    real, built = engine.build_model, {}
+
+    def build(mc, device, dtype, max_positions, path=None, dummy_weights=False, seed=0):
+        key = (path, str(device), dtype, max_positions, dummy_weights, seed)
+        if key not in built:
+            built[key] = real(mc, device, dtype, max_positions, path, dummy_weights, seed)
+        return built[key]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(engine, "build_model", build)
+        yield built
+    assert len(built) == 1, "one set of weights served every configuration"
+
+
 @pytest.mark.parametrize("kw", [
     dict(page_size=1),
     dict(page_size=16),

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..paging import PagePool, ragged_arange, to_device
+from ..paging import PagePool, to_device
 from ..req import Req
 
 
@@ -50,9 +50,13 @@ def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0) -> Kernel
     cu_q = np.concatenate([[0], np.cumsum(ext)])
     cu_k = np.concatenate([[0], np.cumsum(kv_len)])
     total = int(cu_k[-1])
-    # gather the slots on the device from B-sized inputs (not a copy of every index from the host)
-    lens_t, rows_t = to_device(kv_len, dev), to_device(rows, dev)
-    row_of = torch.repeat_interleave(rows_t, lens_t, output_size=total)
-    kv_indices = pool.page_table[row_of, ragged_arange(lens_t, total=total)]
-    host = lambda a: to_device(a.astype(np.int32), dev, host=True)  # the planner reads these on the host
-    return KernelArgs(host(cu_q), host(cu_k), host(kv_len), kv_indices, host(np.ones(len(rows))), pads)
+    # gather the slots on the device from B-sized inputs (not a copy of every index from the host), sent in
+    # one copy: entry p of request i is flat page-table entry rows[i] * width + p, at kv_indices[cu_k[i] + p]
+    width = pool.page_table.shape[1]
+    start_len = to_device(np.stack([rows * width - cu_k[:-1], kv_len]), dev)
+    flat = torch.repeat_interleave(start_len[0], start_len[1], output_size=total) + torch.arange(total, device=dev)
+    kv_indices = pool.page_table.view(-1)[flat]
+    # the planner reads these on the host: one pinned buffer, four views
+    host = to_device(np.concatenate([cu_q, cu_k, kv_len, np.ones(len(rows), np.int64)]).astype(np.int32), dev, host=True)
+    b = len(rows)
+    return KernelArgs(host[:b + 1], host[b + 1:2 * b + 2], host[2 * b + 2:3 * b + 2], kv_indices, host[3 * b + 2:], pads)

@@ -7,7 +7,7 @@
 
 Your files live in `~/minisgl-exercises/` (or `$MINISGL_EXERCISES_DIR`): the first `check` of a
 chapter copies its stub there (`chNN.py`, one function per exercise, with the library's own
-docstring and signature). A stub raises `NotAttempted`, and the grader reports it as
+signature). The reference solution (`--solution`) is the library's own function. A stub raises `NotAttempted`, and the grader reports it as
 "not attempted" (not passed), never as correct.
 
 Grading swaps your function into the library's own class or module attribute for the duration of

@@ -1,7 +1,6 @@
 """Grading: run each exercise's grader on a file and turn every outcome into one line a reader can act on."""
 from __future__ import annotations
 
-import ast
 import contextlib
 import importlib
 import os
@@ -118,20 +117,3 @@ def grade_chapter(chapter: int, path: str | None = None, solution: bool = False,
     path = solution_path(chapter) if solution else (path or reader_path(chapter))
     return [grade_one(ex, path) for ex in build_exercises(chapter) if only in (None, ex.name)]
 
-
-def make_stub(solution_source: str, names: set[str]) -> str:
-    """The stub of a solution file: every exercise function keeps its signature and docstring, and its
-    body becomes `raise NotAttempted`."""
-    lines = solution_source.splitlines(keepends=True)
-    tree = ast.parse(solution_source)
-    cuts = []  # (first body line to drop, last line, indent)
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name in names:
-            body = node.body
-            keep = 1 if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else 0
-            start = body[keep].lineno if len(body) > keep else None
-            if start is not None:
-                cuts.append((start, node.end_lineno, body[0].col_offset))
-    for start, end, col in reversed(cuts):
-        lines[start - 1:end] = [" " * col + "raise NotAttempted  # your code here\n"]
-    return "".join(lines)

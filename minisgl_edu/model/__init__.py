@@ -7,6 +7,7 @@ import re
 
 import torch
 
+from .layers import KERNELS, column_major
 from .llama import LlamaForCausalLM, check_tp  # noqa: F401  (check_tp: chapter 8, used by the offline API)
 from .moe import Qwen3MoeForCausalLM, expert_target, incomplete_experts
 
@@ -60,6 +61,10 @@ def build_model(cfg, device: torch.device, dtype: torch.dtype, max_positions: in
                 p.load_full(p.data, torch.randn(p.full_shape, generator=gen) * 0.02)
     else:
         load_weights(model, path)
+    if torch.device(device).type == "cuda" and KERNELS.fused:  # a layout for cuBLAS; the plain twin keeps row-major
+        for name, m in model.named_modules():
+            if name.endswith("self_attn.o_proj"):
+                column_major(m)
     return model.eval()
 
 

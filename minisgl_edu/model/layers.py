@@ -23,6 +23,7 @@ class Kernels:
     fused: bool = True  # FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on 16-bit CUDA tensors; False: plain ops
     qk: bool = True  # under `fused`: our one-launch q/k norm + RoPE + K/V store (False: FlashInfer's kernels)
     moe: str | None = None  # "reference" | "grouped" (model/moe.py); None: reference on CPU, grouped on CUDA
+    small_m: bool = False  # an experiment (issue 16): our kernels for <= 8 rows (o_proj; SiLU-and-mul + down); off
 
 
 KERNELS = Kernels()
@@ -131,6 +132,13 @@ class ColumnParallelLinear(nn.Module):
         return cls(in_features, [(out_features, end - start, start)] * merged, bias)
 
 
+def column_major(linear: nn.Module) -> None:
+    """The same [out, in] weight, stored column-major (strides (1, out)): F.linear then hands cuBLAS a plain
+    x @ [in, out] product. For one row of o_proj on the H200 cuBLAS's pick drops from 12.4 to 5.1 us (issue 16);
+    at 8 and 64 rows both layouts take the same time."""
+    linear.weight.data = linear.weight.data.t().contiguous().t()
+
+
 class RowParallelLinear(nn.Module):
     """y = sum over ranks of x_r W_r^T: W's input columns split; an all-reduce joins the partial sums."""
 
@@ -144,7 +152,10 @@ class RowParallelLinear(nn.Module):
         param.copy_(sl[:, self.start:self.start + param.shape[1]])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = all_reduce(F.linear(x, self.weight))
+        if KERNELS.small_m and (y := small_m_linear(x, self.weight)) is not None:  # an experiment, off by default
+            y = all_reduce(y)
+        else:
+            y = all_reduce(F.linear(x, self.weight))
         return y + self.bias if self.bias is not None else y
 
 
@@ -216,6 +227,23 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
         return fi.activation.silu_and_mul(x)
     gate, up = x.chunk(2, dim=-1)
     return F.silu(gate) * up
+
+
+def silu_mul_down(gu: torch.Tensor, down: "RowParallelLinear") -> torch.Tensor:
+    """down(silu_and_mul(gu)); with `KERNELS.small_m`, for <= 8 rows, our one-launch kernel (qk_kernel.silu_mul_down)."""
+    if KERNELS.small_m and down.bias is None and fused_kernels(gu) is not None:
+        from . import qk_kernel as kk
+        if (y := kk.silu_mul_down(gu, down.weight)) is not None:
+            return all_reduce(y)  # a row-parallel product: the ranks' partial sums joined, as in down.forward
+    return down(silu_and_mul(gu))
+
+
+def small_m_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
+    """Our kernel for x @ w.T at <= 8 rows of bf16 on CUDA (qk_kernel.small_m_linear), else None."""
+    if fused_kernels(x) is None:
+        return None
+    from . import qk_kernel as kk
+    return kk.small_m_linear(x, w)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ from torch import nn
 
 from ..tp import DistributedInfo, get_tp_info
 from .layers import (ColumnParallelLinear, ParallelLMHead, RMSNorm, RotaryEmbedding, RowParallelLinear,
-                     VocabParallelEmbedding, qk_kernel, silu_and_mul)
+                     VocabParallelEmbedding, qk_kernel, silu_mul_down)
 
 
 def head_layout(num_heads: int, num_kv_heads: int, tp: DistributedInfo | None = None) -> tuple[int, int, int, int]:
@@ -85,7 +85,7 @@ class MLP(nn.Module):
         self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+        return silu_mul_down(self.gate_up_proj(x), self.down_proj)
 
 
 class DecoderLayer(nn.Module):
@@ -133,4 +133,6 @@ class LlamaForCausalLM(nn.Module):
         return self.norm(h, residual)[0]
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        return self.lm_head(h).float()
+        """The LM head's output in the model's dtype (bf16 on CUDA): the engine makes the float32 copy only when
+        sampling needs it (a greedy argmax is the same index in either)."""
+        return self.lm_head(h)

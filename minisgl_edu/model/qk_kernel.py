@@ -1,4 +1,6 @@
-"""Chapter 7 — a kernel of our own: q/k norm, RoPE and the K/V store of one layer in one launch.
+"""Chapter 7 — a kernel of our own: q/k norm, RoPE and the K/V store of one layer in one launch
+(and an experiment: products of <= 8 rows at memory speed, `silu_mul_down.cu`: the MLP's SiLU-and-mul plus
+down GEMM in one launch, and o_proj).
 
 FlashInfer has a kernel for each of those steps, so a layer pays four launches for work that
 touches a few kilobytes per token. `qk_norm_rope_store.cu` does all four in one pass over the
@@ -16,7 +18,8 @@ import pathlib
 import torch
 
 NAME = "qk_norm_rope_store"
-CUBINS = {NAME: "qk_norm_rope_store.cubin"}  # kernel -> file (one per .cu)
+CUBINS = {NAME: "qk_norm_rope_store.cubin", "silu_mul_down": "silu_mul_down.cubin",
+          "small_m_linear": "silu_mul_down.cubin"}  # kernel -> file
 _FUNCS: dict[tuple[int, str], object] = {}  # (device index, kernel) -> (libcuda, function), or None: no cubin
 
 
@@ -51,11 +54,11 @@ def available(x: torch.Tensor, name: str = NAME) -> bool:
     return x.is_cuda and x.dtype == torch.bfloat16 and _kernel(x.device, name) is not None
 
 
-def _launch(name: str, device: torch.device, blocks: int, threads: int, args: list) -> None:
+def _launch(name: str, device: torch.device, blocks: int, threads: int, args: list, shared: int = 0) -> None:
     cuda, fn = _kernel(device, name)
     params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])  # void** kernelParams
     stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
-    _check(cuda.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, 0, stream, params, None), "cuLaunchKernel")
+    _check(cuda.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, shared, stream, params, None), "cuLaunchKernel")
 
 
 def _ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
@@ -80,3 +83,29 @@ def qk_norm_rope_store(qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim:
             [_ptr(qkv), ctypes.c_longlong(qkv.stride(0)), ctypes.c_int(n), ctypes.c_int(q_heads),
              ctypes.c_int(kv_heads), ctypes.c_int(head_dim), _ptr(positions), _ptr(cos_sin), _ptr(q_w), _ptr(k_w),
              ctypes.c_float(eps), _ptr(k_pool), _ptr(v_pool), _ptr(out_loc)])
+
+
+def _small_m(name: str, x: torch.Tensor, w: torch.Tensor, k: int) -> torch.Tensor | None:
+    """Launch `name` (silu_mul_down.cu) on x's m <= 8 rows against w [n, k]; None where it does not apply."""
+    m, n = x.shape[0], w.shape[0]
+    if not (1 <= m <= 8 and k % 256 == 0 and k <= 4096 and m * k * 2 <= 48 << 10) or \
+            w.shape[1] != k or not w.is_contiguous() or x.stride(1) != 1 or x.stride(0) % 8 or \
+            x.data_ptr() % 16 or w.data_ptr() % 16 or w.dtype != x.dtype or not available(x, name):
+        return None
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    warps = 8  # output rows per block
+    _launch(name, x.device, -(-n // warps), 32 * warps,
+            [_ptr(x), ctypes.c_longlong(x.stride(0)), ctypes.c_int(m), ctypes.c_int(k), _ptr(w), ctypes.c_int(n),
+             _ptr(out)], shared=m * k * 2)
+    return out
+
+
+def silu_mul_down(gu: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
+    """down(silu(gate) * up) for gu = [gate | up] of 1..8 rows and w = W_down [hidden, inter], in one launch;
+    None where the kernel does not apply (then: silu_and_mul and F.linear)."""
+    return _small_m("silu_mul_down", gu, w, gu.shape[1] // 2)
+
+
+def small_m_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
+    """x @ w.T for 1..8 rows in one launch; None where the kernel does not apply (then: F.linear)."""
+    return _small_m("small_m_linear", x, w, x.shape[1])

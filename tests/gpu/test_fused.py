@@ -195,3 +195,52 @@ def test_model_fused_vs_plain_vs_float32(tmp_path, name):
     # fused bf16 is as close to float32 as plain bf16 is (it rounds less often, not more)
     assert e_fused < 1.25 * e_plain + 2e-3 and e_fi < 1.25 * e_plain + 2e-3, (e_plain, e_fi, e_fused)
     assert rel(fused, plain) < 3e-2
+
+
+@pytest.mark.parametrize("inter,hidden", [(3072, 1024), (1536, 576)])
+def test_small_m_kernels_match_plain(inter, hidden):
+    """Our SiLU-and-mul + down GEMM for 1..8 rows and our <= 8-row linear (the experiment behind KERNELS.small_m) against FlashInfer's
+    silu_and_mul then F.linear; None for 9 rows (the plain pair serves)."""
+    import torch.nn.functional as F
+    if not qk_kernel.available(torch.zeros(1, device="cuda", dtype=BF16), "silu_mul_down"):
+        pytest.skip("no silu_mul_down cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
+    g = torch.Generator(device="cuda").manual_seed(inter)
+    w = (torch.randn(hidden, inter, device="cuda", generator=g) / inter**0.5).to(BF16)
+    with Switch(True):
+        for m in (1, 2, 3, 8):
+            gu = torch.randn(m, 2 * inter, device="cuda", generator=g).to(BF16)
+            want = F.linear(layers.silu_and_mul(gu), w)
+            got = qk_kernel.silu_mul_down(gu, w)
+            assert got is not None and got.shape == want.shape and torch.isfinite(got).all()
+            err = rel(got, want)
+            report(check="silu_mul_down_vs_plain", inter=inter, hidden=hidden, rows=m, rel_err=err)
+            assert err < REL, (m, err)
+            wide = torch.randn(m, 2 * inter + 64, device="cuda", generator=g).to(BF16)[:, 64:]  # a strided view
+            assert rel(qk_kernel.silu_mul_down(wide, w), F.linear(layers.silu_and_mul(wide.contiguous()), w)) < REL
+            x = torch.randn(m, inter, device="cuda", generator=g).to(BF16)  # the plain product (o_proj's use)
+            err = rel(qk_kernel.small_m_linear(x, w), F.linear(x, w))
+            report(check="small_m_linear_vs_plain", k=inter, n=hidden, rows=m, rel_err=err)
+            assert err < REL, (m, err)
+        assert qk_kernel.silu_mul_down(torch.randn(9, 2 * inter, device="cuda").to(BF16), w) is None
+        assert qk_kernel.small_m_linear(torch.randn(9, inter, device="cuda").to(BF16), w) is None
+
+
+def test_small_m_kernels_in_the_model_match_plain(tmp_path):
+    """The whole model with KERNELS.small_m on (o_proj and the MLP's tail through our kernels at <= 8 rows)
+    against it off: the decode step's logits within the fused-vs-plain tolerance; top-1 equal on most rows."""
+    if not qk_kernel.available(torch.zeros(1, device="cuda", dtype=BF16), "small_m_linear"):
+        pytest.skip("no silu_mul_down cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
+    path = small_config(tmp_path, "qwen3-0.6b", 4)
+    g = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(0, 10000, (int(n),), generator=g).tolist() for n in (5, 70, 300)]
+    with Switch(True):
+        off = run_logits(path, BF16, prompts)
+        layers.KERNELS.small_m = True
+        try:
+            on = run_logits(path, BF16, prompts)
+        finally:
+            layers.KERNELS.small_m = False
+    dec_on, dec_off = on[-3:], off[-3:]  # the decode step's 3 rows went through our kernels (prefill did not)
+    report(check="small_m_model", decode_rel=rel(dec_on, dec_off), prefill_rel=rel(on[:-3], off[:-3]))
+    assert rel(on[:-3], off[:-3]) < 1e-3  # the prefill (> 8 rows) never takes them: the same kernels both times
+    assert rel(dec_on, dec_off) < 3e-2

@@ -1,1 +1,2 @@
-"""The stubs you start from: `python -m minisgl_edu.exercises check NN` copies chNN.py to your folder (generated from solutions/ by grade.make_stub; tests/test_exercises.py keeps them in sync)."""
+"""The stubs you start from: `python -m minisgl_edu.exercises check NN` copies chNN.py to your folder. Each
+function has the library's signature (tests/test_exercises.py checks it) and a docstring saying what to write."""

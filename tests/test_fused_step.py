@@ -1,0 +1,149 @@
+"""Chapter 7 / issue 16 — the lean step (`lean_step=True`) against its plain twin, on the CPU.
+
+The lean step sends a step's arrays to the device in one copy (`engine.step_layout`), reuses a decode
+batch's sampling tensors while its requests stay (`sampling.SamplingCache`) and, for a greedy batch with
+no control, takes the argmax of the LM head's own logits. None of that may change a token: the same
+workload with every sampling control, chunked prefill, page sizes 1 and 4, overlap on and off gives the
+same tokens, finish reasons and logprobs either way.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from minisgl_edu import SamplingParams
+from minisgl_edu.paging import extend_spans
+from minisgl_edu.req import Req
+from minisgl_edu.sampling import SamplingCache, SamplingTensors, per_step
+from tiny_model import one_thread, tiny_llm, tiny_model_dir  # noqa: F401 (fixture)
+
+V = 97
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tiny_model_dir(str(tmp_path_factory.mktemp("lean")), vocab=V)
+
+
+def mixed_params() -> list[SamplingParams]:
+    base = dict(max_tokens=10, ignore_eos=True)
+    return [SamplingParams(**base), SamplingParams(**base, temperature=0.8, seed=7),
+            SamplingParams(**base, temperature=1.0, top_k=5, top_p=0.9),
+            SamplingParams(**base, repetition_penalty=1.4, presence_penalty=0.5),
+            SamplingParams(**base, logit_bias=((3, 2.0),), logprobs=3),
+            SamplingParams(max_tokens=10, min_tokens=4, stop_token_ids=(11, 12)),
+            SamplingParams(**base, temperature=0.7, min_p=0.1)]
+
+
+def run(llm, prompts, params):
+    sched, outs = llm.scheduler, {}
+    for uid, (p, sp) in enumerate(zip(prompts, params)):
+        sched.add_request(uid, p, sp)
+    while not sched.idle:
+        for o in sched.step():
+            outs.setdefault(o.uid, []).append((o.token_id, o.finish_reason, o.logprobs))
+    sched.check_integrity()
+    return outs
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("page_size,overlap", [(1, False), (4, True)])
+def test_lean_step_gives_the_plain_steps_tokens(tiny, page_size, overlap):
+    g = np.random.default_rng(0)
+    prompts = [g.integers(0, V, n).tolist() for n in (5, 23, 9, 40, 3, 17, 30)]
+    params = mixed_params()
+    got = {lean: run(tiny_llm(tiny, lean_step=lean, page_size=page_size, overlap=overlap, max_prefill_tokens=16),
+                     prompts, params) for lean in (False, True)}
+    assert got[True] == got[False]
+    assert any(lp is not None for o in got[True].values() for _, _, lp in o)  # logprobs were compared too
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_step_layout_equals_extend_spans(tiny):
+    """Every step's one-copy layout holds what the plain twin computes array by array."""
+    llm = tiny_llm(tiny, page_size=4, max_prefill_tokens=16)
+    eng, seen = llm.engine, []
+    prepare = eng.prepare
+
+    def checked(batch):
+        last = prepare(batch)
+        lay = eng.layout
+        _, ext, rows, pos = extend_spans(batch.reqs)
+        sampled = [r for r in batch.reqs if not r.is_chunked]
+        assert lay.rows.tolist() == rows.tolist() and lay.positions.tolist() == pos.tolist()
+        assert lay.sample_rows == [i for i, r in enumerate(batch.reqs) if not r.is_chunked]
+        assert last.tolist() == (np.cumsum(ext) - 1)[lay.sample_rows].tolist()
+        assert lay.sample_table_rows.tolist() == [r.table_idx for r in sampled]
+        assert lay.sample_device_len.tolist() == [r.device_len for r in sampled]
+        if lay.last_rows is not None:
+            assert lay.last_rows.tolist() == last.tolist()
+        seen.append((batch.phase, lay.last_rows is None))
+        return last
+    eng.prepare = checked
+    g = np.random.default_rng(1)
+    run(llm, [g.integers(0, V, n).tolist() for n in (30, 4, 12)], [SamplingParams(max_tokens=4, ignore_eos=True)] * 3)
+    assert ("prefill", False) in seen and ("decode", True) in seen  # a chunked prefill gathered; decode did not
+
+
+def reqs_at(params: list[SamplingParams], device_len: int = 6) -> list[Req]:
+    reqs = [Req(i, list(range(5)), sp) for i, sp in enumerate(params)]
+    for i, r in enumerate(reqs):
+        r.table_idx, r.cached_len, r.device_len = i, device_len - 1, device_len
+    return reqs
+
+
+def test_sampling_cache_reuses_only_what_does_not_change_per_step():
+    cpu, cache = torch.device("cpu"), SamplingCache()
+    plain = reqs_at([SamplingParams(), SamplingParams(temperature=0.5, top_k=3), SamplingParams(logprobs=2)])
+    st = cache.get(plain, V, cpu)
+    assert cache.get(list(plain), V, cpu) is st  # same requests, new list: reused
+    assert cache.get(plain[:2], V, cpu) is not st  # one left: rebuilt
+    seeded = reqs_at([SamplingParams(), SamplingParams(temperature=0.8, seed=3)])
+    st1 = cache.get(seeded, V, cpu)
+    for r in seeded:
+        r.complete_one()
+    st2 = cache.get(seeded, V, cpu)
+    assert st2 is not st1 and st2.seeds != st1.seeds  # the seed is mixed with the position: fresh every step
+    assert st2.seeds == SamplingTensors.from_reqs(seeded, V, cpu).seeds
+    assert [per_step(r) for r in reqs_at([SamplingParams(), SamplingParams(min_tokens=2, max_tokens=4),
+                                          SamplingParams(frequency_penalty=0.5),
+                                          SamplingParams(temperature=0.0, seed=1)])] == [False, True, True, False]
+
+
+@pytest.mark.parametrize("kw,plain", [({}, True), ({"logprobs": 0}, False), ({"logit_bias": ((1, 1.0),)}, False),
+                                      ({"min_tokens": 2}, False), ({"temperature": 0.5}, False),
+                                      ({"repetition_penalty": 1.2}, False), ({"top_k": 3}, True)])
+def test_plain_greedy_only_without_controls(kw, plain):
+    """Only a plain greedy batch may skip the float32 logits (top_k without temperature is still greedy)."""
+    st = SamplingTensors.from_reqs(reqs_at([SamplingParams(), SamplingParams(**kw)]), V,
+                                   torch.device("cpu"), eos_token_ids=(0,))
+    assert st.plain_greedy is plain
+
+
+def test_column_major_o_proj_is_a_layout_not_a_computation():
+    """The CUDA engine stores o_proj column-major (model.layers.column_major): same shape, same values, same
+    product; only the strides change (a row-major twin would fail the stride check, a transposed copy the values)."""
+    from minisgl_edu.model.layers import RowParallelLinear, column_major
+    torch.manual_seed(0)
+    lin = RowParallelLinear(64, 32)
+    torch.nn.init.normal_(lin.weight)
+    x, w = torch.randn(3, 64), lin.weight.detach().clone()
+    y = lin(x)
+    column_major(lin)
+    assert lin.weight.shape == (32, 64) and lin.weight.stride() == (1, 32)
+    assert torch.equal(lin.weight, w)
+    torch.testing.assert_close(lin(x), y)
+
+
+def test_host_threads_is_applied_by_the_engine(tiny):
+    """`host_threads` (config chain) sets torch's CPU threads where the engine is built; None leaves the CPU alone."""
+    before = torch.get_num_threads()
+    try:
+        tiny_llm(tiny, host_threads=1)
+        assert torch.get_num_threads() == 1
+        torch.set_num_threads(2)
+        tiny_llm(tiny)  # None on the CPU: untouched
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
