@@ -792,8 +792,15 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     import signal
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # `timeout` sends SIGTERM: unwind, stop our servers
-    args = parse_args(argv)
+    # `timeout` sends SIGTERM: unwind, stop our servers; the caller's handler is back on return (pytest's, say)
+    old = signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        return run_command(parse_args(argv))
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def run_command(args) -> int:
     if args.cmd == "serve":
         out = bench_serve(args)
         print_summary(out, f"serve {args.base_url}")

@@ -19,8 +19,6 @@ D=$OUT/profile_serve; rm -rf "$D"; mkdir -p "$D"; export PROFILE_DIR=$D
 DEVICE=${DEVICE:-cuda}
 MODEL=${MODEL:-smollm2-135m}
 N=${GPU_PROFILE_PROMPTS:-256}; LENS=(); SERVE_EXTRA=""; RATE_N=96; RATE=${GPU_PROFILE_RATE:-10}; SPY_S=12
-# the scheduler's host work is tiny CPU torch ops: a 16-thread pool there waits on descheduled workers (lead, 11:37)
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 export MINISGL_GC_LOG_MS=${MINISGL_GC_LOG_MS:-20}
 if [ "${GPU_PROFILE_TINY:-0}" = 1 ]; then
     N=8; RATE_N=4; LENS=(--input-len 8 16 --output-len 4 8); SPY_S=3

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The serving load curve (issue 18), on one CUDA machine, < 8 minutes on one H200. Results go to $OUT
+# The serving load curve (issue 18), on one CUDA machine, < 6 minutes on one H200. Results go to $OUT
 # (default ./out): gpu_serve.log, serve_<model>.json (bench compare: offline LLM.generate and `serve` on the
 # same 256-request anchors workload, then a request-rate sweep), serve_<model>.log (the server's log),
 # gpu_serve.json (both models, what notebook 09's plot_load_curve reads).
@@ -9,11 +9,8 @@ set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 LOG=$OUT/gpu_serve.log
 DEVICE=${DEVICE:-cuda}
-# the scheduler's host-side ops are tiny CPU torch ops: a 16-thread pool waits on descheduled workers while the
-# API, detokenizer and client run (9,369 -> 33,383 tok/s with 4, lead 11:37); until the engine sets its own count
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-4}
 N=${GPU_SERVE_PROMPTS:-256}; SWEEP_N=${GPU_SERVE_SWEEP_PROMPTS:-128}; RATES=${GPU_SERVE_RATES:-0.5x,1x,0.75x,0.25x}  # the target rate first: a cut-short run keeps it
-LENS=(); SERVE_EXTRA=""; LIMIT=${GPU_SERVE_LIMIT:-225}  # seconds per model: two models + start-up < 8 min; --out is written after every run, so a cut keeps the finished ones
+LENS=(); SERVE_EXTRA=""; LIMIT=${GPU_SERVE_LIMIT:-150}  # seconds per model: two models + start-up < 6 min; --out is written after every run, so a cut keeps the finished ones
 if [ "${GPU_SERVE_TINY:-0}" = 1 ]; then
     N=4; SWEEP_N=4; RATES=0.5x,1x; LENS=(--input-len 8 16 --output-len 2 4); LIMIT=600
     SERVE_EXTRA="--max-total-tokens 8192 --context-length 512 --max-running-reqs 16"
@@ -52,5 +49,6 @@ for m, r in allres["models"].items():
               f"{s['ttft_ms']['p99']:7.1f} ms  ITL p50/p99 {s['itl_ms']['median']:6.2f}/{s['itl_ms']['p99']:6.2f} ms  "
               f"decode step {s['step_ms'].get('decode', float('nan')):.2f} ms  failed {s['failed']}")
 PY
+tar -czf "$OUT/gpu_serve.tgz" -C "$OUT" $(cd "$OUT" && ls serve_*.json serve_*.log gpu_serve.json gpu_serve.log 2>/dev/null)  # one file back
 echo "gpu_serve: exit status $status" | tee -a "$LOG"
 exit $status

@@ -76,12 +76,8 @@ def no_survivors(children: list[psutil.Process]) -> bool:
 
 
 @pytest.fixture(scope="module")
-def server():
-    s = Server()
-    yield s
-    s.stop()
-    assert s.proc.returncode == 0  # SIGTERM is a clean shutdown
-    assert no_survivors(s.children)
+def server(default_server):  # the session's one default-model server (tests/conftest.py checks its clean stop)
+    return default_server
 
 
 @pytest.fixture(scope="module")
@@ -292,10 +288,12 @@ def test_tp3_key_and_watchdog(llm):
             assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
         assert httpx.get(srv.url + "/v1/models").status_code == 401
         assert httpx.get(srv.url + "/health").status_code == 200  # health is not guarded
-        expect = llm.generate([QUESTION], SamplingParams(max_tokens=N), chat=True, use_tqdm=False)[0]["text"]
-        r = httpx.post(srv.url + "/v1/chat/completions", json=chat_body(QUESTION), headers=key, timeout=300)
+        # 8 tokens, not N: every tp=3 step all-reduces over gloo
+        expect = llm.generate([QUESTION], SamplingParams(max_tokens=8), chat=True, use_tqdm=False)[0]["text"]
+        body = chat_body(QUESTION, max_tokens=8)
+        r = httpx.post(srv.url + "/v1/chat/completions", json=body, headers=key, timeout=300)
         assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == expect
-        assert stream_text(srv.url + "/v1/chat/completions", chat_body(QUESTION), key)[0] == expect
+        assert stream_text(srv.url + "/v1/chat/completions", body, key)[0] == expect
         assert len(srv.children) >= 3 + 2 + 1  # 3 ranks, 2 tokenizers, 1 detokenizer (+ resource tracker)
         pids = httpx.get(srv.url + "/health").json()["workers"]
         assert sorted(pids) == ["detokenizer", "scheduler-rank0", "scheduler-rank1", "scheduler-rank2",
