@@ -1,9 +1,8 @@
 """Supporting module (chapters 6, 8, 9) — one run's configuration: which switches exist, and where is each default?
 
-`EngineConfig` ⊂ `SchedulerConfig` ⊂ `ServerConfig` (as Mini-SGLang's `ServerArgs(SchedulerConfig(EngineConfig))`):
-frozen, keyword-only, one flat level of fields, so `LLM(**kw)`, `serve`'s flags and `build_scheduler(cfg)`
-speak the same keywords. Each default is declared here and nowhere else (`None`: resolved where the
-machine or the model is known, as the field's comment says).
+`EngineConfig` ⊂ `SchedulerConfig` ⊂ `ServerConfig`: frozen, keyword-only, so `LLM(**kw)`, `serve`'s flags
+and `build_scheduler(cfg)` speak the same keywords. Each default is declared here once (`None`: resolved
+where the machine or the model is known, as the field's comment says).
 """
 from __future__ import annotations
 

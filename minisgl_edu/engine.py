@@ -1,8 +1,6 @@
 """One rank's engine: the model, its KV pool and page table, an attention backend and a sampler.
 
-The engine turns a `Batch` (chapter 2) into next tokens. `prepare()` is chapter 7's "ledger to
-kernel arguments": positions, input ids gathered from the token pool, and the backend's metadata.
-`EngineConfig` lives in `config.py` (the config chain) and is re-exported here.
+It turns a `Batch` (chapter 2) into next tokens; `prepare()` is chapter 7's ledger to kernel arguments.
 """
 from __future__ import annotations
 

@@ -1,21 +1,8 @@
 """Chapter 6 — The scheduler loop, normal and overlapped: what does the CPU do while the GPU works?
 
-One iteration: receive -> schedule (prefill first, else decode) -> launch the forward -> process the
-results (append tokens, finish, free). The *normal* loop processes step N's results before it
-schedules step N+1. The *overlap* loop launches step N+1 first and processes step N's results while
-the device computes: the ledger is advanced at launch time (`complete_one`) and the next step's
-input ids are read from the token pool on the device, so no host round trip sits between steps.
-
-The price: a request that stops on EOS in step N is already part of step N+1. Its extra token is
-dropped, and it is freed exactly once (`finish_reason` is set when it is freed). Its page-table
-row is handed out again only after step N+1 is done, since step N+1 still writes its token there.
-
-On CUDA the loop uses two streams: the scheduler's stream (slot assignment, page-table writes)
-and the engine's stream (the forward). The CPU never waits inside a step except on the copy-done
-event of the step before.
-
-Tracing is a hook outside this loop: a `Tracer` assigned to `scheduler.tracer` wraps `schedule`,
-`launch` and `process` in spans (minisgl_edu/trace.py).
+One iteration: receive -> schedule (prefill first, else decode) -> launch -> process. The overlap
+loop launches step N+1 before it processes step N (the ledger advances at launch), so a request
+that stops in step N is freed once and its row waits in `deferred_rows`. Tracing is a hook (trace.py).
 """
 from __future__ import annotations
 

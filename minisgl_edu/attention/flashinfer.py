@@ -1,9 +1,7 @@
 """Chapter 7 — The FlashInfer backend: FlashInfer's paged prefill and decode kernels on the same indices.
 
-`prepare()` (attention/base.py) builds the step's `KernelArgs` (attention/metadata.py); `plan()`
-plans one wrapper with them (the prefill wrapper for prefill/extend, the decode wrapper or a CUDA
-graph's own decode wrapper for decode), which every layer then runs over a page_size-1 view of the
-same KV pool the reference backend uses.
+`plan()` plans one wrapper per step from the `KernelArgs` (prefill, decode, or a CUDA graph's decode
+wrapper); every layer runs it over a page_size-1 view of the KV pool the reference backend uses.
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """Layers of a Llama-family decoder, written so tensor parallelism (chapter 8) can shard them.
 
-Each parameter carries a `load(param, tensor_slice, part)` function that picks this rank's shard
-from a checkpoint tensor (a safetensors slice, so a rank reads only what it needs). With tp size 1
-every shard is the whole tensor. `full_shape` and `load_full(param, full)` describe the unsharded
-parameter (merged parts stacked), so random weights can be drawn once in full and sliced: every
-rank then holds a piece of the *same* model.
+Each parameter's `load(param, tensor_slice, part)` picks this rank's shard of a checkpoint tensor;
+`full_shape` and `load_full` let random weights be drawn once in full and sliced alike on every rank.
 """
 from __future__ import annotations
 
