@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .attention import make_backend
-from .config import EngineConfig, default_device  # noqa: F401  (EngineConfig: re-exported)
+from .config import EngineConfig  # noqa: F401  (re-exported)
 from .model import build_model, load_config
 from .model.layers import use_kernels
 from .paging import KVCache, PagePool, extend_spans, to_device
@@ -28,9 +28,7 @@ log = logging.getLogger("minisgl_edu")
 class Engine:
     def __init__(self, cfg: EngineConfig):
         self.cfg = cfg
-        self.device = torch.device(cfg.device or default_device())
-        if cfg.page_size < 1:
-            raise ValueError(f"page_size must be >= 1, got {cfg.page_size}")
+        self.device = torch.device(cfg.device)  # resolved by EngineConfig
         use_kernels(cfg.fused_kernels, cfg.qk_kernel, cfg.moe_impl)  # one engine per process decides for its layers
         if cfg.host_threads is not None or self.device.type == "cuda":
             # 16 OpenMP threads for the step's tiny host ops only spin, and beside busy server processes they get
@@ -184,12 +182,10 @@ def step_layout(batch: Batch, device: torch.device) -> StepLayout:
     table = np.fromiter((r.table_idx for r in reqs), np.int64, n)
     cached = np.fromiter((r.cached_len for r in reqs), np.int64, n)
     dev_len = np.fromiter((r.device_len for r in reqs), np.int64, n)
-    ext = dev_len - cached
     if batch.is_prefill:
-        ends = np.cumsum(ext)
-        rows, pos = np.repeat(table, ext), np.arange(int(ends[-1])) - np.repeat(ends - ext - cached, ext)
+        _, ext, rows, pos = extend_spans(reqs)
         sample = [i for i, r in enumerate(reqs) if not r.is_chunked]
-        last = (ends - 1)[sample]
+        last = (np.cumsum(ext) - 1)[sample]
     else:  # one new token per request, at position cached_len, and every request is sampled
         rows, pos, sample, last = table, cached, list(range(n)), np.arange(n)
     identity = len(last) == len(rows)  # then last == arange: no gather

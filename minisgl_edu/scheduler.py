@@ -39,15 +39,13 @@ class Scheduler:
     def __init__(self, engine, cfg: SchedulerConfig | None = None, eos_token_ids: tuple[int, ...] = (), tracer=None):
         cfg = cfg or SchedulerConfig(model_path=engine.cfg.model_path)  # the switches' defaults
         cuda = engine.device.type == "cuda"
-        budget = cfg.max_prefill_tokens if cfg.max_prefill_tokens is not None else 16384 if cuda else 8192
-        if budget < 1:  # the CUDA default is larger: bigger prefill GEMMs keep the tensor cores busier (issue 16)
-            raise ValueError(f"max_prefill_tokens must be >= 1, got {budget}")
         self.cfg = cfg
         self.engine, self.pool = engine, engine.pool
         self.page_size = self.pool.page_size
         self.cache = make_cache(cfg.cache, self.page_size, engine.device)
         self.pool.evict_fn = self.cache.evict
-        self.max_prefill_tokens = budget
+        # the CUDA default is larger: bigger prefill GEMMs keep the tensor cores busier (issue 16)
+        self.max_prefill_tokens = cfg.max_prefill_tokens or (16384 if cuda else 8192)
         self.overlap = cuda if cfg.overlap is None else cfg.overlap
         self.eos = set(eos_token_ids)
         engine.eos_token_ids = tuple(self.eos)  # min_tokens masks them in the sampler

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..tp import all_gather_last_dim, all_reduce, get_tp_info, shard_range
+from . import qk_kernel as kk
 
 
 @dataclass
@@ -59,8 +60,7 @@ def qk_kernel(x: torch.Tensor, backend):
     if not KERNELS.qk or fused_kernels(x) is None or x.dtype != torch.bfloat16 or not hasattr(backend, "attend") \
             or not hasattr(backend, "store_locations"):
         return None
-    from . import qk_kernel as qk
-    return qk if qk.available(x) else None
+    return kk if kk.available(x) else None
 
 
 def _param(*shape: int, load=None, full_shape: tuple[int, ...] | None = None, load_full=None) -> nn.Parameter:
@@ -149,8 +149,8 @@ class RowParallelLinear(nn.Module):
         param.copy_(sl[:, self.start:self.start + param.shape[1]])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if KERNELS.small_m and (y := small_m_linear(x, self.weight)) is not None:  # an experiment, off by default
-            y = all_reduce(y)
+        if KERNELS.small_m and fused_kernels(x) is not None and (y := kk.small_m_linear(x, self.weight)) is not None:
+            y = all_reduce(y)  # an experiment, off by default: our kernel for <= 8 rows of bf16
         else:
             y = all_reduce(F.linear(x, self.weight))
         return y + self.bias if self.bias is not None else y
@@ -228,19 +228,10 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 
 def silu_mul_down(gu: torch.Tensor, down: "RowParallelLinear") -> torch.Tensor:
     """down(silu_and_mul(gu)); with `KERNELS.small_m`, for <= 8 rows, our one-launch kernel (qk_kernel.silu_mul_down)."""
-    if KERNELS.small_m and down.bias is None and fused_kernels(gu) is not None:
-        from . import qk_kernel as kk
-        if (y := kk.silu_mul_down(gu, down.weight)) is not None:
-            return all_reduce(y)  # a row-parallel product: the ranks' partial sums joined, as in down.forward
+    if KERNELS.small_m and down.bias is None and fused_kernels(gu) is not None and \
+            (y := kk.silu_mul_down(gu, down.weight)) is not None:
+        return all_reduce(y)  # a row-parallel product: the ranks' partial sums joined, as in down.forward
     return down(silu_and_mul(gu))
-
-
-def small_m_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
-    """Our kernel for x @ w.T at <= 8 rows of bf16 on CUDA (qk_kernel.small_m_linear), else None."""
-    if fused_kernels(x) is None:
-        return None
-    from . import qk_kernel as kk
-    return kk.small_m_linear(x, w)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
