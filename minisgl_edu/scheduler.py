@@ -80,9 +80,8 @@ class Scheduler:
         if req.max_device_len > ctx:  # clamp the output to the context (callers are told: req.clamped)
             req.max_device_len = ctx
             req.clamped = True
-        if pages_to_finish(req, self.page_size) > self.pool.num_pages:
-            raise ValueError(f"prompt ({req.prompt_len}) + max_tokens needs {pages_to_finish(req, self.page_size)} "
-                             f"KV pages, but the pool has only {self.pool.num_pages}")
+        if (need := pages_to_finish(req, self.page_size)) > self.pool.num_pages:
+            raise ValueError(f"prompt ({req.prompt_len}) + max_tokens needs {need} KV pages, but the pool has only {self.pool.num_pages}")
         self.live[uid] = req
         self.pending.append(req)
         return req
