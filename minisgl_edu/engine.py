@@ -114,9 +114,7 @@ class Engine:
     @torch.inference_mode()
     def forward(self, batch: Batch, wait: bool = True) -> torch.Tensor:
         """Run one step; return the sampled tokens of `batch.sample_rows` (also written to the token pool).
-
-        On CUDA the step runs on `self.stream`; with wait=False the tokens are only safe to read
-        through `to_host()` (the overlap loop), with wait=True on the caller's stream too."""
+        On CUDA it runs on `self.stream`: read the tokens through `to_host()` if wait=False (the overlap loop)."""
         with self.on_stream(wait), self.timeline.step() if self.timeline is not None else nullcontext():
             tokens = self._forward(batch)
         if wait and self.stream is not None:

@@ -73,8 +73,7 @@ class GraphRunner:
         return pad_to(self.sizes, bs)
 
     def replay(self, batch: Batch) -> torch.Tensor:
-        """Copy the batch into the static buffers, replay the graph of `batch.padded_size`, return [bs, hidden].
-
+        """Copy the batch into the static buffers, replay the graph of `batch.padded_size`, return [bs, hidden];
         `batch.attn_metadata` must already be planned for the padded size (Engine.prepare does it)."""
         bs, pbs = batch.size, batch.padded_size
         self.input_ids[:bs].copy_(batch.input_ids, non_blocking=True)

@@ -36,10 +36,9 @@ def use_kernels(fused: bool = True, qk: bool = True, moe: str | None = None) -> 
 
 
 def fused_kernels(x: torch.Tensor):
-    """FlashInfer's fused RMSNorm / RoPE / SiLU-and-mul for a 16-bit CUDA tensor, or None (then plain
-    PyTorch ops). Same maths, fewer kernels: a decode step is dominated by per-kernel cost, not by arithmetic.
-    The one switch for every fusion (issue 16): the residual add in the norm, the in-place q/k norm and
-    RoPE, the one-copy K/V store and our q/k kernel (qk_kernel.py) all ask here first."""
+    """FlashInfer's fused RMSNorm / RoPE / SiLU-and-mul for a 16-bit CUDA tensor, or None (then plain PyTorch
+    ops): same maths, fewer kernels. The one switch for every fusion (the residual add in the norm, in-place
+    q/k norm and RoPE, the one-copy K/V store, our q/k kernel): they all ask here first."""
     global _FUSED
     if not KERNELS.fused or not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16):  # 16-bit only
         return None
@@ -130,9 +129,8 @@ class ColumnParallelLinear(nn.Module):
 
 
 def column_major(linear: nn.Module) -> None:
-    """The same [out, in] weight, stored column-major (strides (1, out)): F.linear then hands cuBLAS a plain
-    x @ [in, out] product. For one row of o_proj on the H200 cuBLAS's pick drops from 12.4 to 5.1 us (issue 16);
-    at 8 and 64 rows both layouts take the same time."""
+    """The same [out, in] weight, stored column-major (strides (1, out)): F.linear hands cuBLAS a plain x @ [in, out].
+    One row of o_proj on the H200: 12.4 -> 5.1 us (issue 16); at 8 and 64 rows both layouts take the same time."""
     linear.weight.data = linear.weight.data.t().contiguous().t()
 
 
