@@ -100,8 +100,7 @@ def time_steps(fn, iters: int = 50, warmup: int = 5, sync=None) -> float:
 
 # ---- running workloads on an existing engine ---------------------------------------------------
 def fresh_scheduler(llm, overlap: bool, tracer=None):
-    """A new scheduler over the same engine (optionally with a step `Tracer`); the old one's prefix
-    cache hands its pages back first."""
+    """A new scheduler over the same engine (and a step `Tracer`, if given); the old cache's pages go back first."""
     old = llm.scheduler
     llm.engine.pool.free(old.cache.evict(old.cache.evictable_size))
     from dataclasses import replace

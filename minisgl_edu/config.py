@@ -1,9 +1,8 @@
 """Supporting module (chapters 6, 8, 9) — one run's configuration: which switches exist, and where is each default?
 
-`EngineConfig` ⊂ `SchedulerConfig` ⊂ `ServerConfig` (as Mini-SGLang's `ServerArgs(SchedulerConfig(EngineConfig))`):
-frozen, keyword-only, one flat level of fields, so `LLM(**kw)`, `serve`'s flags and `build_scheduler(cfg)`
-speak the same keywords. Each default is declared here and nowhere else (`None`: resolved where the
-machine or the model is known, as the field's comment says).
+`EngineConfig` ⊂ `SchedulerConfig` ⊂ `ServerConfig`: frozen, keyword-only, so `LLM(**kw)`, `serve`'s flags
+and `build_scheduler(cfg)` speak the same keywords. Each default is declared here once (`None`: resolved
+where the machine or the model is known, as the field's comment says).
 """
 from __future__ import annotations
 
@@ -39,6 +38,7 @@ class EngineConfig:
     seed: int = 0
 
     def __post_init__(self):
+        _at_least_one(self, "page_size")
         if self.device is None:  # frozen: resolved once, here
             object.__setattr__(self, "device", default_device())
 
@@ -59,8 +59,7 @@ class SchedulerConfig(EngineConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.tp < 1:
-            raise ValueError(f"tp must be >= 1, got {self.tp}")
+        _at_least_one(self, "tp", "max_prefill_tokens")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,10 +73,15 @@ class ServerConfig(SchedulerConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.num_tokenizers < 1:
-            raise ValueError(f"num_tokenizers must be >= 1, got {self.num_tokenizers}")
+        _at_least_one(self, "num_tokenizers")
         if not self.served_name:
             object.__setattr__(self, "served_name", os.path.basename(os.path.normpath(self.model_path)))
+
+
+def _at_least_one(cfg, *fields: str) -> None:
+    for name in fields:  # None: a default resolved later, always >= 1
+        if (v := getattr(cfg, name)) is not None and v < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
 
 
 def default_device() -> str:

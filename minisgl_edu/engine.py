@@ -1,8 +1,6 @@
 """One rank's engine: the model, its KV pool and page table, an attention backend and a sampler.
 
-The engine turns a `Batch` (chapter 2) into next tokens. `prepare()` is chapter 7's "ledger to
-kernel arguments": positions, input ids gathered from the token pool, and the backend's metadata.
-`EngineConfig` lives in `config.py` (the config chain) and is re-exported here.
+It turns a `Batch` (chapter 2) into next tokens; `prepare()` is chapter 7's ledger to kernel arguments.
 """
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ import numpy as np
 import torch
 
 from .attention import make_backend
-from .config import EngineConfig, default_device  # noqa: F401  (EngineConfig: re-exported)
+from .config import EngineConfig  # noqa: F401  (re-exported)
 from .model import build_model, load_config
 from .model.layers import use_kernels
 from .paging import KVCache, PagePool, extend_spans, to_device
@@ -30,9 +28,7 @@ log = logging.getLogger("minisgl_edu")
 class Engine:
     def __init__(self, cfg: EngineConfig):
         self.cfg = cfg
-        self.device = torch.device(cfg.device or default_device())
-        if cfg.page_size < 1:
-            raise ValueError(f"page_size must be >= 1, got {cfg.page_size}")
+        self.device = torch.device(cfg.device)  # resolved by EngineConfig
         use_kernels(cfg.fused_kernels, cfg.qk_kernel, cfg.moe_impl)  # one engine per process decides for its layers
         if cfg.host_threads is not None or self.device.type == "cuda":
             # 16 OpenMP threads for the step's tiny host ops only spin, and beside busy server processes they get
@@ -50,7 +46,7 @@ class Engine:
                           self.dtype, self.device)
         self.pool = PagePool(num_pages, cfg.page_size, cfg.max_running_reqs, self.max_seq_len, self.device)
         name = cfg.attention or ("flashinfer" if self.device.type == "cuda" else "reference")
-        self.backend = make_backend(name, self.kv, self.pool, **({"num_q_heads": attn.q_heads} if name == "flashinfer" else {}))
+        self.backend = make_backend(name, self.kv, self.pool, num_q_heads=attn.q_heads)  # FlashInfer plans with it
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.eos_token_ids: tuple[int, ...] = ()  # set by the Scheduler: min_tokens masks them
         # chapter 6: the forward runs on its own stream, so the scheduler's stream can prepare step N+1
@@ -118,9 +114,7 @@ class Engine:
     @torch.inference_mode()
     def forward(self, batch: Batch, wait: bool = True) -> torch.Tensor:
         """Run one step; return the sampled tokens of `batch.sample_rows` (also written to the token pool).
-
-        On CUDA the step runs on `self.stream`; with wait=False the tokens are only safe to read
-        through `to_host()` (the overlap loop), with wait=True on the caller's stream too."""
+        On CUDA it runs on `self.stream`: read the tokens through `to_host()` if wait=False (the overlap loop)."""
         with self.on_stream(wait), self.timeline.step() if self.timeline is not None else nullcontext():
             tokens = self._forward(batch)
         if wait and self.stream is not None:
@@ -186,12 +180,10 @@ def step_layout(batch: Batch, device: torch.device) -> StepLayout:
     table = np.fromiter((r.table_idx for r in reqs), np.int64, n)
     cached = np.fromiter((r.cached_len for r in reqs), np.int64, n)
     dev_len = np.fromiter((r.device_len for r in reqs), np.int64, n)
-    ext = dev_len - cached
     if batch.is_prefill:
-        ends = np.cumsum(ext)
-        rows, pos = np.repeat(table, ext), np.arange(int(ends[-1])) - np.repeat(ends - ext - cached, ext)
+        _, ext, rows, pos = extend_spans(reqs)
         sample = [i for i, r in enumerate(reqs) if not r.is_chunked]
-        last = (ends - 1)[sample]
+        last = (np.cumsum(ext) - 1)[sample]
     else:  # one new token per request, at position cached_len, and every request is sampled
         rows, pos, sample, last = table, cached, list(range(n)), np.arange(n)
     identity = len(last) == len(rows)  # then last == arange: no gather

@@ -1,16 +1,7 @@
 """Chapter 7 — CUDA graphs: why replay a decode step instead of launching it?
 
-A decode step of a small batch is hundreds of tiny kernels; launching them one by one from Python
-costs more than running them. A CUDA graph records the launches once and replays them with one
-call. The price is that a graph is frozen: the same tensor addresses and the same shapes. So:
-
-* capture one graph per decode batch size in `capture_sizes()` (1, 2, 4, 8, 16, 32, 48, ... up to
-  `--cuda-graph-max-bs`), largest first, all in one shared memory pool;
-* every graph reads its inputs from the same **static buffers** (input ids, positions, out_loc)
-  and writes its hidden states to its own static output;
-* a batch is **padded** to the next captured size with dummy lanes (the dummy page-table row:
-  they write and read only the dummy page), its inputs are copied into the static buffers, the
-  attention wrapper of that size is re-planned on the host, and the graph is replayed.
+One graph per decode batch size (`capture_sizes`), all reading the same static buffers; a batch is
+padded to the next captured size with dummy lanes that touch only the dummy page.
 """
 from __future__ import annotations
 
@@ -82,8 +73,7 @@ class GraphRunner:
         return pad_to(self.sizes, bs)
 
     def replay(self, batch: Batch) -> torch.Tensor:
-        """Copy the batch into the static buffers, replay the graph of `batch.padded_size`, return [bs, hidden].
-
+        """Copy the batch into the static buffers, replay the graph of `batch.padded_size`, return [bs, hidden];
         `batch.attn_metadata` must already be planned for the padded size (Engine.prepare does it)."""
         bs, pbs = batch.size, batch.padded_size
         self.input_ids[:bs].copy_(batch.input_ids, non_blocking=True)

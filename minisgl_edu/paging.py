@@ -137,8 +137,7 @@ class PagePool:
 
     # ---- locations for one step ----------------------------------------------------------------
     def assign_locations(self, reqs: list[Req]) -> torch.Tensor:
-        """Give every position in [cached_len, device_len) a slot (continuing a partial last page, else a fresh
-        page); return out_loc."""
+        """Give every position in [cached_len, device_len) a slot (a partial last page first); return out_loc."""
         ps = self.page_size
         cached, ext, rows, pos = extend_spans(reqs)
         first_new = cdiv(cached, ps)  # logical pages below this already exist

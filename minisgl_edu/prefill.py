@@ -54,8 +54,7 @@ class PrefillAdder:
                 req.cached_len = 0
                 return self._stop("5: no longer fits once its prefix is locked")
             req.cache_handle, req.matched_len = node, matched
-            req.table_idx = self.pool.take_row()
-            row = req.table_idx
+            row = req.table_idx = self.pool.take_row()
             self.pool.page_table[row, :matched] = locs[:matched]
             self.pool.token_pool[row, : req.prompt_len] = torch.tensor(req.token_ids[: req.prompt_len], dtype=torch.int32)
         else:

@@ -38,8 +38,7 @@ class RadixCache:
         self.page_size, self.device = page_size, torch.device(device)
         self.root = Node(np.zeros(0, np.int32), torch.zeros(0, dtype=torch.int32, device=self.device))
         self.root.ref_count = 1  # the root is never evicted
-        self.evictable_size = 0
-        self.protected_size = 0
+        self.evictable_size = self.protected_size = 0
         self.clock = 0  # a counter, not wall time: every TP rank sees the same LRU order
 
     def _child_key(self, key: np.ndarray):
@@ -160,8 +159,7 @@ class RadixCache:
 
 
 class NaiveCache:
-    """No sharing: nothing matches, nothing is kept; `insert_prefix` reports everything as already
-    present so the caller frees all of it."""
+    """The naive twin: nothing matches, nothing is kept (`insert_prefix` reports all present: the caller frees it)."""
 
     def __init__(self, page_size: int = 1, device: torch.device | str = "cpu"):
         self.page_size = page_size

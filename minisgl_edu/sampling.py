@@ -1,14 +1,8 @@
-"""Sampling the next token per request: greedy, temperature, top-k, top-p, min-p — on the device, batched,
-with no host synchronisation (the tensors of parameters travel with non-blocking copies).
+"""Chapter 9 — Sampling: greedy, temperature, top-k, top-p, min-p, batched on the device, no host sync.
 
-Chapter 9's controls run before the draw, each vectorised over the batch, in this order:
-
-    raw logits --(logprobs are read here)--> + logit_bias, min_tokens mask, grammar mask (grammar.py)
-               --> repetition / presence / frequency penalties --> temperature --> top-k, top-p, min-p --> draw
-
-The penalties count the tokens each row already holds from the device's token pool (chapter 4), not
-from the host's `Req.token_ids`: with overlap scheduling (chapter 6) the host does not know step N's
-token yet when step N+1 is launched, while the pool already holds it.
+The controls (logit_bias, min_tokens, the grammar mask, penalties) run before the draw; the
+penalties count tokens in the device's token pool, which under overlap scheduling (chapter 6)
+already holds the token the host has not seen yet.
 """
 from __future__ import annotations
 

@@ -1,21 +1,8 @@
 """Chapter 6 — The scheduler loop, normal and overlapped: what does the CPU do while the GPU works?
 
-One iteration: receive -> schedule (prefill first, else decode) -> launch the forward -> process the
-results (append tokens, finish, free). The *normal* loop processes step N's results before it
-schedules step N+1. The *overlap* loop launches step N+1 first and processes step N's results while
-the device computes: the ledger is advanced at launch time (`complete_one`) and the next step's
-input ids are read from the token pool on the device, so no host round trip sits between steps.
-
-The price: a request that stops on EOS in step N is already part of step N+1. Its extra token is
-dropped, and it is freed exactly once (`finish_reason` is set when it is freed). Its page-table
-row is handed out again only after step N+1 is done, since step N+1 still writes its token there.
-
-On CUDA the loop uses two streams: the scheduler's stream (slot assignment, page-table writes)
-and the engine's stream (the forward). The CPU never waits inside a step except on the copy-done
-event of the step before.
-
-Tracing is a hook outside this loop: a `Tracer` assigned to `scheduler.tracer` wraps `schedule`,
-`launch` and `process` in spans (minisgl_edu/trace.py).
+One iteration: receive -> schedule (prefill first, else decode) -> launch -> process. The overlap
+loop launches step N+1 before it processes step N (the ledger advances at launch), so a request
+that stops in step N is freed once and its row waits in `deferred_rows`. Tracing is a hook (trace.py).
 """
 from __future__ import annotations
 
@@ -52,15 +39,13 @@ class Scheduler:
     def __init__(self, engine, cfg: SchedulerConfig | None = None, eos_token_ids: tuple[int, ...] = (), tracer=None):
         cfg = cfg or SchedulerConfig(model_path=engine.cfg.model_path)  # the switches' defaults
         cuda = engine.device.type == "cuda"
-        budget = cfg.max_prefill_tokens if cfg.max_prefill_tokens is not None else 16384 if cuda else 8192
-        if budget < 1:  # the CUDA default is larger: bigger prefill GEMMs keep the tensor cores busier (issue 16)
-            raise ValueError(f"max_prefill_tokens must be >= 1, got {budget}")
         self.cfg = cfg
         self.engine, self.pool = engine, engine.pool
         self.page_size = self.pool.page_size
         self.cache = make_cache(cfg.cache, self.page_size, engine.device)
         self.pool.evict_fn = self.cache.evict
-        self.max_prefill_tokens = budget
+        # the CUDA default is larger: bigger prefill GEMMs keep the tensor cores busier (issue 16)
+        self.max_prefill_tokens = cfg.max_prefill_tokens or (16384 if cuda else 8192)
         self.overlap = cuda if cfg.overlap is None else cfg.overlap
         self.eos = set(eos_token_ids)
         engine.eos_token_ids = tuple(self.eos)  # min_tokens masks them in the sampler
@@ -95,9 +80,8 @@ class Scheduler:
         if req.max_device_len > ctx:  # clamp the output to the context (callers are told: req.clamped)
             req.max_device_len = ctx
             req.clamped = True
-        if pages_to_finish(req, self.page_size) > self.pool.num_pages:
-            raise ValueError(f"prompt ({req.prompt_len}) + max_tokens needs {pages_to_finish(req, self.page_size)} "
-                             f"KV pages, but the pool has only {self.pool.num_pages}")
+        if (need := pages_to_finish(req, self.page_size)) > self.pool.num_pages:
+            raise ValueError(f"prompt ({req.prompt_len}) + max_tokens needs {need} KV pages, but the pool has only {self.pool.num_pages}")
         self.live[uid] = req
         self.pending.append(req)
         return req

@@ -1,10 +1,8 @@
 """Chapter 8 — TP: one ledger, many ranks. How do N ranks, each deciding on its own, reach the same
 decision every step?
 
-Every rank runs its own copy of the scheduler and is fed the same messages in the same steps:
-rank 0 takes what arrived, broadcasts the count over the host (gloo) group and forwards the raw
-bytes; the others read exactly that many (`receive`). Only the weights are split (`model/layers.py`,
-through `all_reduce` / `all_gather_last_dim` here). With `size == 1` every helper is the identity.
+Rank 0 broadcasts the message count and forwards the raw bytes (`receive`); only the weights are
+split (`all_reduce` / `all_gather_last_dim`). With `size == 1` every helper is the identity.
 """
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Attention backends: the same interface over the same paged KV pool.
+"""Chapter 7 — Attention backends: the same interface over the same paged KV pool.
 
-* `ReferenceBackend` — plain PyTorch, one request at a time: the oracle, and the CPU path.
-* `FlashInferBackend` (GPU) — FlashInfer's paged prefill/decode kernels on the same indices.
-
-A backend is used in two phases per step: `prepare(batch)` once (the ledger becomes the
-`KernelArgs` both backends read, `metadata.py`, chapter 7), then `forward(q, k, v, layer, batch)`
-once per layer.
+`ReferenceBackend` (plain PyTorch: the oracle, and the CPU path) and `FlashInferBackend` (GPU):
+`prepare(batch)` once per step, then `forward(q, k, v, layer, batch)` once per layer.
 """
 from __future__ import annotations
 
@@ -14,6 +10,7 @@ from .reference import ReferenceBackend
 
 
 def make_backend(name: str, kv, pool, **kw) -> AttentionBackend:
+    """`kw` (num_q_heads, workspace_bytes) are FlashInfer's: the reference backend reads the pool's shapes."""
     if name == "reference":
         return ReferenceBackend(kv, pool)
     if name == "flashinfer":

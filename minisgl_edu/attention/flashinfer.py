@@ -1,9 +1,7 @@
 """Chapter 7 — The FlashInfer backend: FlashInfer's paged prefill and decode kernels on the same indices.
 
-`prepare()` (attention/base.py) builds the step's `KernelArgs` (attention/metadata.py); `plan()`
-plans one wrapper with them (the prefill wrapper for prefill/extend, the decode wrapper or a CUDA
-graph's own decode wrapper for decode), which every layer then runs over a page_size-1 view of the
-same KV pool the reference backend uses.
+`plan()` plans one wrapper per step from the `KernelArgs` (prefill, decode, or a CUDA graph's decode
+wrapper); every layer runs it over a page_size-1 view of the KV pool the reference backend uses.
 """
 from __future__ import annotations
 
@@ -44,15 +42,13 @@ class FlashInferBackend(AttentionBackend):
         self.pages = [(kv.k[i].unsqueeze(1), kv.v[i].unsqueeze(1)) for i in range(kv.k.shape[0])]
 
     def _decode_wrapper(self, bs: int = 0, indices_buf: torch.Tensor | None = None):
-        if not bs:
-            return self.fi.BatchDecodeWithPagedKVCacheWrapper(
-                self.workspace, "NHD", use_tensor_cores=self.use_tensor_cores, backend="fa2")
+        """bs 0: the eager decode wrapper; bs > 0: one with fixed buffers, for a CUDA graph of that batch size."""
         dev = self.workspace.device
-        return self.fi.BatchDecodeWithPagedKVCacheWrapper(
-            self.workspace, "NHD", use_cuda_graph=True, use_tensor_cores=self.use_tensor_cores,
-            paged_kv_indptr_buffer=torch.zeros(bs + 1, dtype=torch.int32, device=dev),
-            paged_kv_indices_buffer=indices_buf,
-            paged_kv_last_page_len_buffer=torch.ones(bs, dtype=torch.int32, device=dev), backend="fa2")
+        graph = dict(use_cuda_graph=True, paged_kv_indptr_buffer=torch.zeros(bs + 1, dtype=torch.int32, device=dev),
+                     paged_kv_indices_buffer=indices_buf,
+                     paged_kv_last_page_len_buffer=torch.ones(bs, dtype=torch.int32, device=dev)) if bs else {}
+        return self.fi.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=self.use_tensor_cores,
+                                                          backend="fa2", **graph)
 
     def add_graph_wrapper(self, bs: int, indices_buf: torch.Tensor) -> None:
         """A decode wrapper with fixed buffers for a graph of batch size `bs` (planned before each replay)."""

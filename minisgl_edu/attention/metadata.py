@@ -1,22 +1,8 @@
 """Chapter 7 — From the ledger to kernel arguments: what exactly does the attention kernel read?
 
-The scheduler speaks in ledgers (`cached_len`, `device_len`, a page-table row per request); an
-attention kernel speaks in flat arrays. `kernel_args()` is the translation, done once per step and
-read by both backends (the reference one on the CPU, FlashInfer on the GPU):
-
-    cu_seqlens_q[i+1] - cu_seqlens_q[i] = extend_len of request i   (its rows in the batch of new tokens)
-    cu_seqlens_k[i+1] - cu_seqlens_k[i] = device_len of request i   (how many keys it attends to)
-    kv_indices[cu_seqlens_k[i] + p]     = page_table[table_idx_i, p] (the slot holding position p)
-
-Query j of request i sits at position device_len - extend_len + j: the attention is causal with
-the queries aligned to the *end* of the keys. Because the page table stores a raw slot per
-position (chapter 4), the kernel is told that every page holds one token (`page_size=1`),
-whatever page size the allocator uses. Positions and `out_loc` come from `Engine.prepare` and
-`PagePool.assign_locations`.
-
-A CUDA-graph decode batch is *padded* to a captured size: each padding lane is a request of one
-token in the dummy row, whose table entries point only at the dummy page, so a padding lane writes
-and reads nothing but the dummy page.
+`kernel_args()` turns the ledgers (`cached_len`, `device_len`, page-table rows) into the flat arrays
+both backends read, once per step. Every page counts as one token (the table stores raw slots);
+a CUDA-graph batch's padding lanes read and write only the dummy page.
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
 """Layers of a Llama-family decoder, written so tensor parallelism (chapter 8) can shard them.
 
-Each parameter carries a `load(param, tensor_slice, part)` function that picks this rank's shard
-from a checkpoint tensor (a safetensors slice, so a rank reads only what it needs). With tp size 1
-every shard is the whole tensor. `full_shape` and `load_full(param, full)` describe the unsharded
-parameter (merged parts stacked), so random weights can be drawn once in full and sliced: every
-rank then holds a piece of the *same* model.
+Each parameter's `load(param, tensor_slice, part)` picks this rank's shard of a checkpoint tensor;
+`full_shape` and `load_full` let random weights be drawn once in full and sliced alike on every rank.
 """
 from __future__ import annotations
 
@@ -15,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..tp import all_gather_last_dim, all_reduce, get_tp_info, shard_range
+from . import qk_kernel as kk
 
 
 @dataclass
@@ -38,10 +36,9 @@ def use_kernels(fused: bool = True, qk: bool = True, moe: str | None = None) -> 
 
 
 def fused_kernels(x: torch.Tensor):
-    """FlashInfer's fused RMSNorm / RoPE / SiLU-and-mul for a 16-bit CUDA tensor, or None (then plain
-    PyTorch ops). Same maths, fewer kernels: a decode step is dominated by per-kernel cost, not by arithmetic.
-    The one switch for every fusion (issue 16): the residual add in the norm, the in-place q/k norm and
-    RoPE, the one-copy K/V store and our q/k kernel (qk_kernel.py) all ask here first."""
+    """FlashInfer's fused RMSNorm / RoPE / SiLU-and-mul for a 16-bit CUDA tensor, or None (then plain PyTorch
+    ops): same maths, fewer kernels. The one switch for every fusion (the residual add in the norm, in-place
+    q/k norm and RoPE, the one-copy K/V store, our q/k kernel): they all ask here first."""
     global _FUSED
     if not KERNELS.fused or not x.is_cuda or x.dtype not in (torch.float16, torch.bfloat16):  # 16-bit only
         return None
@@ -62,8 +59,7 @@ def qk_kernel(x: torch.Tensor, backend):
     if not KERNELS.qk or fused_kernels(x) is None or x.dtype != torch.bfloat16 or not hasattr(backend, "attend") \
             or not hasattr(backend, "store_locations"):
         return None
-    from . import qk_kernel as qk
-    return qk if qk.available(x) else None
+    return kk if kk.available(x) else None
 
 
 def _param(*shape: int, load=None, full_shape: tuple[int, ...] | None = None, load_full=None) -> nn.Parameter:
@@ -133,9 +129,8 @@ class ColumnParallelLinear(nn.Module):
 
 
 def column_major(linear: nn.Module) -> None:
-    """The same [out, in] weight, stored column-major (strides (1, out)): F.linear then hands cuBLAS a plain
-    x @ [in, out] product. For one row of o_proj on the H200 cuBLAS's pick drops from 12.4 to 5.1 us (issue 16);
-    at 8 and 64 rows both layouts take the same time."""
+    """The same [out, in] weight, stored column-major (strides (1, out)): F.linear hands cuBLAS a plain x @ [in, out].
+    One row of o_proj on the H200: 12.4 -> 5.1 us (issue 16); at 8 and 64 rows both layouts take the same time."""
     linear.weight.data = linear.weight.data.t().contiguous().t()
 
 
@@ -152,8 +147,8 @@ class RowParallelLinear(nn.Module):
         param.copy_(sl[:, self.start:self.start + param.shape[1]])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if KERNELS.small_m and (y := small_m_linear(x, self.weight)) is not None:  # an experiment, off by default
-            y = all_reduce(y)
+        if KERNELS.small_m and fused_kernels(x) is not None and (y := kk.small_m_linear(x, self.weight)) is not None:
+            y = all_reduce(y)  # an experiment, off by default: our kernel for <= 8 rows of bf16
         else:
             y = all_reduce(F.linear(x, self.weight))
         return y + self.bias if self.bias is not None else y
@@ -231,19 +226,10 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 
 def silu_mul_down(gu: torch.Tensor, down: "RowParallelLinear") -> torch.Tensor:
     """down(silu_and_mul(gu)); with `KERNELS.small_m`, for <= 8 rows, our one-launch kernel (qk_kernel.silu_mul_down)."""
-    if KERNELS.small_m and down.bias is None and fused_kernels(gu) is not None:
-        from . import qk_kernel as kk
-        if (y := kk.silu_mul_down(gu, down.weight)) is not None:
-            return all_reduce(y)  # a row-parallel product: the ranks' partial sums joined, as in down.forward
+    if KERNELS.small_m and down.bias is None and fused_kernels(gu) is not None and \
+            (y := kk.silu_mul_down(gu, down.weight)) is not None:
+        return all_reduce(y)  # a row-parallel product: the ranks' partial sums joined, as in down.forward
     return down(silu_and_mul(gu))
-
-
-def small_m_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
-    """Our kernel for x @ w.T at <= 8 rows of bf16 on CUDA (qk_kernel.small_m_linear), else None."""
-    if fused_kernels(x) is None:
-        return None
-    from . import qk_kernel as kk
-    return kk.small_m_linear(x, w)
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

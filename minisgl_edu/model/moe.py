@@ -1,25 +1,9 @@
 """Chapter 10 — Mixture of experts: which weights does each token read, and how does a batch of
 tokens become per-expert work?
 
-A MoE layer replaces the one MLP of a Llama layer by `num_experts` small MLPs (the experts) and a
-router. For each token the router scores every expert (a linear layer, then softmax), keeps the
-`top_k` best, and the layer's output is the weighted sum of those k experts' outputs:
-
-    p = softmax(x W_router^T)            # [tokens, num_experts]
-    w, e = top_k(p)                      # k weights and k expert ids per token (renormalised to sum 1
-                                         # when the checkpoint says `norm_topk_prob`)
-    y = sum_j w_j * expert_{e_j}(x)      # expert(x) = down(silu(gate(x)) * up(x))
-
-A batch is therefore not one matrix product but `num_experts` of them, each over the tokens that
-chose that expert. `group_by_expert` sorts the (token, choice) pairs by expert so each expert's
-tokens are contiguous rows; the GPU path then runs all experts in one grouped GEMM per projection
-(`torch._grouped_mm`); the reference path loops over experts and reads like the formula. One
-switch, `EngineConfig.moe_impl` ("reference" | "grouped"), picks between them (default: reference on the CPU,
-grouped on CUDA); tests prove them equal.
-
-Tensor parallelism shards every expert's intermediate dimension: each rank keeps rows
-[start, end) of every expert's gate and up and the same columns of its down projection, so each
-rank computes a partial sum for every token and one all-reduce joins them, as after a dense MLP.
+`route` keeps each token's top_k experts; `experts_reference` (the naive twin, a loop over experts)
+and `experts_grouped` (pairs sorted by expert, one grouped GEMM per projection) sit behind one
+switch, `EngineConfig.moe_impl`. TP shards every expert's intermediate dimension (chapter 10's page).
 """
 from __future__ import annotations
 

@@ -1,13 +1,8 @@
-"""Chapter 7 — a kernel of our own: q/k norm, RoPE and the K/V store of one layer in one launch
-(and an experiment: products of <= 8 rows at memory speed, `silu_mul_down.cu`: the MLP's SiLU-and-mul plus
-down GEMM in one launch, and o_proj).
+"""Chapter 7 — A kernel of our own: q/k norm, RoPE and the K/V store of one layer in one launch.
 
-FlashInfer has a kernel for each of those steps, so a layer pays four launches for work that
-touches a few kilobytes per token. `qk_norm_rope_store.cu` does all four in one pass over the
-q|k|v buffer (one warp per token and head). It is compiled on the CPU machine to a cubin for the
-H200 (`scripts/build_fi_extra_kernels.sh`) and launched here through the CUDA driver API with
-ctypes: no extension to build, nothing compiled on the GPU machine. Without the cubin (CPU
-machines, other GPUs) `available()` is False and the FlashInfer kernels serve.
+`qk_norm_rope_store.cu` (and an experiment, `silu_mul_down.cu`: products of <= 8 rows), compiled to
+cubins by `scripts/build_fi_extra_kernels.sh` and launched through the CUDA driver API with ctypes;
+without a cubin `available()` is False and FlashInfer's kernels serve.
 """
 from __future__ import annotations
 
