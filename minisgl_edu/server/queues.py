@@ -1,13 +1,8 @@
 """Chapter 1 — the wires between processes: ZMQ sockets on `ipc://` paths in a private directory.
 
-Each boundary is one-way. The receiver *binds* (it owns the address), senders *connect*:
-
-    push/pull : many senders, one receiver, order kept per sender   (API -> tokenizer -> scheduler ...)
-    pub/sub   : one sender, every subscriber gets every message      (scheduler rank 0 -> ranks 1..N-1)
-
-The sockets are files in a temporary directory only this user can open (mode 0700), so no TCP port
-is open to other hosts. `get_raw`/`put_raw` move bytes without decoding them: rank 0 forwards what
-it received to the other ranks untouched.
+Each boundary is one-way: the receiver binds (it owns the address), senders connect; push/pull is
+many senders to one receiver, pub/sub rank 0 to ranks 1..N-1. `get_raw`/`put_raw` move bytes
+undecoded, so rank 0 forwards what it received untouched.
 """
 from __future__ import annotations
 

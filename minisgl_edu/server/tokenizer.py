@@ -1,19 +1,9 @@
 """Chapters 1 and 9 — one worker function, two jobs: text -> token ids, and token ids -> text.
 
-`tokenize_worker(tokenizer_id, ...)` is a tokenizer when `tokenizer_id < num_tokenizers` and the
-(single) detokenizer when `tokenizer_id == num_tokenizers`: both need the same tokenizer object, so
-one function serves both and the id picks which inbox it listens on.
-
-The detokenizer turns one token at a time into text. A character may span several tokens
-(byte-level BPE splits '日' into three), and a token may end in the middle of one: decoding such a
-tail gives U+FFFD. So it decodes a short window — from `prefix_offset` (a little context before the
-unsent part) to the end — and emits only what is new once the window no longer ends in U+FFFD.
-
-`detokenize_next` does that for one request and one token: two `tok.decode` calls, each mostly
-Python overhead around a few microseconds of Rust. `detokenize_batch` applies the same rule to every
-request of a scheduler step with one `decode_batch` call into the Rust tokenizer (`--naive-stream`
-switches back to the per-token twin). With `--skip-tokenizer-init` no tokenizer is loaded: the
-detokenizer forwards the token ids themselves (`UserReply.output_ids`).
+`tokenize_worker(tokenizer_id, ...)` is the detokenizer when `tokenizer_id == num_tokenizers`, else a
+tokenizer. Why the detokenizer holds back a half character is chapter 1's; `detokenize_batch` (one
+Rust `decode_batch` per step) and its per-token twin `detokenize_next` (`--naive-stream`) chapter 9's.
+With `--skip-tokenizer-init` the detokenizer forwards the ids themselves (`UserReply.output_ids`).
 """
 from __future__ import annotations
 
