@@ -37,25 +37,11 @@ class Addresses:
         """The tokenizer every message of request `uid` goes to: one pipe, so an abort never overtakes its request."""
         return uid % self.num_tokenizers
 
-    @property
-    def scheduler(self) -> str:  # rank 0's inbox: every tokenizer pushes here
-        return self._ipc("scheduler")
-
-    @property
-    def ranks(self) -> str:  # rank 0 re-publishes raw bytes here for ranks 1..N-1
-        return self._ipc("ranks")
-
-    @property
-    def detokenizer(self) -> str:
-        return self._ipc("detokenizer")
-
-    @property
-    def frontend(self) -> str:
-        return self._ipc("frontend")
-
-    @property
-    def ack(self) -> str:
-        return self._ipc("ack")
+    scheduler = property(lambda self: self._ipc("scheduler"))  # rank 0's inbox: every tokenizer pushes here
+    ranks = property(lambda self: self._ipc("ranks"))  # rank 0 re-publishes raw bytes here for ranks 1..N-1
+    detokenizer = property(lambda self: self._ipc("detokenizer"))
+    frontend = property(lambda self: self._ipc("frontend"))
+    ack = property(lambda self: self._ipc("ack"))
 
     @property
     def tp_init(self) -> str:  # torch.distributed rendezvous file (no TCP port)

@@ -103,16 +103,21 @@ class DecodeState:
     read_offset: int = 0  # text up to here has been sent
 
 
+def emit(state: DecodeState, sent: str, window: str, final: bool) -> str:
+    """Given the sent text and the window decoded again: the new text, once it is complete."""
+    if len(window) > len(sent) and (final or not window.endswith("\ufffd")):  # hold back a half character
+        state.prefix_offset, state.read_offset = state.read_offset, len(state.ids)
+        return window[len(sent):]
+    return ""
+
+
 def detokenize_next(tok, state: DecodeState, token: int, final: bool = False) -> str:
     """Add `token` (-1 = none) and return the text that is now complete (at the end: everything left)."""
     if token >= 0:
         state.ids.append(token)
     sent = tok.decode(state.ids[state.prefix_offset:state.read_offset], skip_special_tokens=True)
     window = tok.decode(state.ids[state.prefix_offset:], skip_special_tokens=True)
-    if len(window) > len(sent) and (final or not window.endswith("\ufffd")):  # hold back a half character
-        state.prefix_offset, state.read_offset = state.read_offset, len(state.ids)
-        return window[len(sent):]
-    return ""
+    return emit(state, sent, window, final)
 
 
 def token_entry(tok, token: int, logprob: float) -> dict:
@@ -125,14 +130,6 @@ def logprob_entries(tok, msg: DetokenizeMsg) -> list[dict]:
     chosen, top_ids, top_values = msg.logprobs
     tops = [token_entry(tok, t, v) for t, v in zip(top_ids, top_values)]
     return [{**token_entry(tok, msg.next_token, chosen), "top_logprobs": tops}]
-
-
-def emit(state: DecodeState, sent: str, window: str, final: bool) -> str:
-    """detokenize_next's rule, given the two decoded texts: the new text, once it is complete."""
-    if len(window) > len(sent) and (final or not window.endswith("\ufffd")):  # hold back a half character
-        state.prefix_offset, state.read_offset = state.read_offset, len(state.ids)
-        return window[len(sent):]
-    return ""
 
 
 def batch_decoder(tok):
