@@ -1,28 +1,8 @@
 """Chapter 9 — the serving benchmark: how fast does a server answer many clients at once?
 
-    python -m minisgl_edu.bench serve --base-url http://127.0.0.1:1919 --num-prompts 16 --output-len 32 64
-    python -m minisgl_edu.bench offline --num-prompts 16 --output-len 32 64        # LLM.generate, same workload
-    python -m minisgl_edu.bench compare --num-prompts 16 --output-len 32 64 --repeats 3   # both, side by side
-
-`serve` is a load generator for any OpenAI-compatible server (`/v1/completions`, streamed). It reports
-what `vllm bench serve` and `sglang.bench_serving` report: request and output throughput, and the
-latencies a user feels —
-
-* **TTFT** (time to first token): request sent -> first chunk with output;
-* **ITL** (inter-token latency): the gaps between chunks (a chunk carrying k token ids counts as k
-  gaps of a k-th of its gap each, as SGLang's benchmark does);
-* **TPOT** (time per output token): (E2E - TTFT) / (output tokens - 1), one value per request;
-* **E2E**: request sent -> stream ended.
-
-A request fails (it is counted, never skipped) when the server answers a status other than 200, sends
-an error chunk, or the stream ends without `data: [DONE]`.
-
-Datasets (all generated here, nothing is downloaded): `random` — the anchors' workload (prompts of
-uniform [100, 1024] random token ids, outputs uniform [100, 1024], one seeded RNG; the ranges are
-flags); `shared-prefix` — a few long system prompts shared by many short questions (radix hits);
-`sharegpt` — a long-tailed (log-normal) length mix in the ranges given, shaped like chat logs.
-Arrivals: all at once (`--request-rate inf`), Poisson at `--request-rate`, at most `--max-concurrency`
-in flight.
+`python -m minisgl_edu.bench serve|offline|compare`: the metrics, what counts as a failed request and
+the generated workloads are on chapter 9's page ("Measuring it"). ITL counts a chunk of k token ids
+as k gaps of a k-th of its gap each, as SGLang's benchmark does.
 """
 from __future__ import annotations
 

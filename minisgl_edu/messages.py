@@ -1,19 +1,7 @@
 """Chapter 1 — Processes and boundaries: what crosses between the processes, and as which bytes?
 
-A request passes four kinds of process, joined only by messages:
-
-    API server --TokenizeMsg--> tokenizer --UserMsg--> scheduler rank 0 (--raw bytes--> ranks 1..N-1)
-    scheduler rank 0 --DetokenizeMsg--> detokenizer --UserReply--> API server
-
-`LLM(tp=N)` runs the same scheduler ranks and plays tokenizer and detokenizer itself; chapter 8's
-`RecordMsg`/`ReportMsg` ask every rank what it decided, answered as `BatchRecord`/`RankReport`.
-
-Every message is a small dataclass. The encoder is schema-less, as in Mini-SGLang: it walks the
-dataclass fields, writes the class name under `__type__`, turns a 1-D CPU tensor into raw bytes
-plus its dtype, and hands the resulting dict to msgpack. Adding a message type is adding a
-dataclass here. The decoder differs from Mini-SGLang's in one deliberate way: it only ever builds
-classes listed in `MESSAGE_TYPES` (an unknown `__type__` is an error, never an import or a lookup
-in some module's globals), so bytes from a socket cannot make it construct anything else.
+Every message is a small dataclass; adding a message type is adding one here and to `MESSAGE_TYPES`,
+the only classes the decoder builds. Which boundary each crosses, and the wire format: chapter 1.
 """
 from __future__ import annotations
 

@@ -1,26 +1,8 @@
 """Chapter 9 — the API server: HTTP in, a TokenizeMsg out; UserReplies in, JSON or SSE out.
 
-The handler never waits on the engine directly. It takes a uid, registers a queue for it, sends one
-TokenizeMsg, and then reads that queue; a background task (`Frontend.listen`) receives every
-UserReply from the detokenizer and drops it into the queue of its uid. A request's messages always
-go to the same tokenizer (`Addresses.tokenizer_of`), so an AbortMsg can never overtake the
-TokenizeMsg it cancels. The bodies themselves (what a request may hold, what a reply looks like)
-are in `protocol.py`.
-
-Errors are OpenAI-shaped (`{"error": {"message", "type", "param", "code"}}`):
-
-| status | when |
-| --- | --- |
-| 400 | the body is not JSON; a value outside OpenAI's stated range or `SamplingParams.validate`'s; an unknown field; an OpenAI field this server cannot honour (`protocol.REFUSED`, `tools`); a schema that is not one; empty messages or prompt |
-| 401 | `--api-key` is set and the `Authorization: Bearer` header is missing or wrong |
-| 404 | an unknown model name; an unknown route |
-| 413 | the prompt does not fit the model's context (or the body exceeds 16 MiB) |
-| 422 | the JSON does not have the request's shape (a missing field, a wrong type) |
-| 503 | a worker process died: the server is going down |
-
-An absurdly large `max_tokens` is *not* an error: the scheduler clamps it to what the context leaves
-after the prompt and the reply carries a warning (the `x-minisgl-warning` header, and `warnings` in
-a non-streamed body).
+A handler registers a queue for its uid, sends one TokenizeMsg to `Addresses.tokenizer_of(uid)`
+(chapter 1: so an AbortMsg never overtakes it) and reads the queue that `Frontend.listen` fills.
+The bodies are in `protocol.py`; the status code of each refusal is chapter 9's "Bad requests" table.
 """
 from __future__ import annotations
 

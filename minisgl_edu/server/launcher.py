@@ -1,14 +1,7 @@
 """Chapter 9 — the launcher: start every process, wait until each is ready, watch them, stop them all.
 
-    scheduler-rank0 .. rank{tp-1}   (only rank 0 acks, once every rank is ready)
-    tokenizer-0 .. tokenizer-{n-1}
-    detokenizer                     (the same worker function as the tokenizers, id n)
-
+What it guarantees is chapter 9's "The launcher: ack before HTTP" and "A worker that dies".
 `LLM(tp=N)` starts the same scheduler ranks through `start_workers(cfg, frontend=False)`.
-
-HTTP opens only after every ack has arrived, so no request can land on a backend that is still
-loading. A worker that fails to start is named in the error; a worker that dies later makes
-`/health` answer 503, fails every request in flight, and brings the launcher down (exit code 1).
 """
 from __future__ import annotations
 

@@ -1,20 +1,8 @@
 """Chapter 9 — `/metrics`: what is the server doing right now, in the Prometheus text format?
 
-The names follow vLLM's and SGLang's (`minisgl:` where they write `vllm:` / `sglang:`), so the
-dashboards people already have read them:
-
-| metric | kind | measured in |
-| --- | --- | --- |
-| `minisgl:time_to_first_token_seconds`, `minisgl:inter_token_latency_seconds`, `minisgl:e2e_request_latency_seconds` | histogram | the API server, as replies arrive |
-| `minisgl:prompt_tokens_total`, `minisgl:generation_tokens_total`, `minisgl:request_success_total{finished_reason}` | counter | the API server |
-| `minisgl:num_requests_running`, `minisgl:num_requests_waiting`, `minisgl:kv_cache_usage_perc`, `minisgl:kv_pages_*` | gauge | the scheduler (a `SchedulerStats` message) |
-| `minisgl:prefix_cache_queries_total`, `minisgl:prefix_cache_hits_total` (tokens), `minisgl:cache_hit_rate` | counter, gauge | the scheduler |
-| `minisgl:step_time_seconds{phase}` | histogram | the scheduler, one observation per step |
-
-The scheduler is another process, so its numbers travel as a small periodic `SchedulerStats`
-message on the reply path (scheduler -> detokenizer -> API), cumulative, so a lost or late one only
-delays a value. Observing is a `bisect` and two additions (`Histogram` below), cheap enough to do
-per token; the Prometheus objects are built only when `/metrics` is scraped.
+The names, where each is measured and how the scheduler's numbers travel are chapter 9's `/metrics`
+section. Observing is a `bisect` and two additions (`Histogram` below), cheap enough per token; the
+Prometheus objects are built only when `/metrics` is scraped.
 """
 from __future__ import annotations
 

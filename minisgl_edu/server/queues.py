@@ -1,13 +1,8 @@
 """Chapter 1 — the wires between processes: ZMQ sockets on `ipc://` paths in a private directory.
 
-Each boundary is one-way. The receiver *binds* (it owns the address), senders *connect*:
-
-    push/pull : many senders, one receiver, order kept per sender   (API -> tokenizer -> scheduler ...)
-    pub/sub   : one sender, every subscriber gets every message      (scheduler rank 0 -> ranks 1..N-1)
-
-The sockets are files in a temporary directory only this user can open (mode 0700), so no TCP port
-is open to other hosts. `get_raw`/`put_raw` move bytes without decoding them: rank 0 forwards what
-it received to the other ranks untouched.
+Each boundary is one-way: the receiver binds (it owns the address), senders connect; push/pull is
+many senders to one receiver, pub/sub rank 0 to ranks 1..N-1. `get_raw`/`put_raw` move bytes
+undecoded, so rank 0 forwards what it received untouched.
 """
 from __future__ import annotations
 
@@ -42,25 +37,11 @@ class Addresses:
         """The tokenizer every message of request `uid` goes to: one pipe, so an abort never overtakes its request."""
         return uid % self.num_tokenizers
 
-    @property
-    def scheduler(self) -> str:  # rank 0's inbox: every tokenizer pushes here
-        return self._ipc("scheduler")
-
-    @property
-    def ranks(self) -> str:  # rank 0 re-publishes raw bytes here for ranks 1..N-1
-        return self._ipc("ranks")
-
-    @property
-    def detokenizer(self) -> str:
-        return self._ipc("detokenizer")
-
-    @property
-    def frontend(self) -> str:
-        return self._ipc("frontend")
-
-    @property
-    def ack(self) -> str:
-        return self._ipc("ack")
+    scheduler = property(lambda self: self._ipc("scheduler"))  # rank 0's inbox: every tokenizer pushes here
+    ranks = property(lambda self: self._ipc("ranks"))  # rank 0 re-publishes raw bytes here for ranks 1..N-1
+    detokenizer = property(lambda self: self._ipc("detokenizer"))
+    frontend = property(lambda self: self._ipc("frontend"))
+    ack = property(lambda self: self._ipc("ack"))
 
     @property
     def tp_init(self) -> str:  # torch.distributed rendezvous file (no TCP port)

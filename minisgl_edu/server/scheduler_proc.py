@@ -1,15 +1,9 @@
 """Chapters 1 and 8 — a scheduler rank: the one process body behind `serve --tp N` and `LLM(tp=N)`.
 
-One process per TP rank. Only rank 0 has a mailbox (the tokenizers, or the `LLM` caller, push to
-one address). Each iteration rank 0 takes the raw bytes waiting there, broadcasts *how many* over
-the CPU group, and re-publishes the bytes unchanged; ranks 1..N-1 read exactly that many
-(`tp.receive` over a `RankIO`). So every rank applies the same messages in the same order, forms
-the same batch, and calls the same collectives — one ledger, many ranks. Only rank 0 answers for
-the ledger (tokens, refusals, stats, the start-up ack); every rank answers for itself when asked
-what it decided (chapter 8's `RecordMsg`/`ReportMsg`) or when it fails (an `AckMsg` with the traceback).
-
-The loop: when the scheduler is idle, wait for mail (with a timeout, so shutdown is noticed);
-otherwise take what is there without waiting, run one step, and send the new tokens.
+How rank 0's mailbox feeds every rank is chapter 1's "Rank 0 alone has the mailbox". Rank 0 alone
+answers for the ledger (tokens, refusals, stats, the start-up ack); every rank answers for itself to
+chapter 8's `RecordMsg`/`ReportMsg` and when it fails (an `AckMsg` with the traceback). The loop
+blocks on mail (with a timeout, so shutdown is noticed) only while the scheduler is idle.
 """
 from __future__ import annotations
 

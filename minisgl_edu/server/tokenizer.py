@@ -1,19 +1,9 @@
 """Chapters 1 and 9 — one worker function, two jobs: text -> token ids, and token ids -> text.
 
-`tokenize_worker(tokenizer_id, ...)` is a tokenizer when `tokenizer_id < num_tokenizers` and the
-(single) detokenizer when `tokenizer_id == num_tokenizers`: both need the same tokenizer object, so
-one function serves both and the id picks which inbox it listens on.
-
-The detokenizer turns one token at a time into text. A character may span several tokens
-(byte-level BPE splits '日' into three), and a token may end in the middle of one: decoding such a
-tail gives U+FFFD. So it decodes a short window — from `prefix_offset` (a little context before the
-unsent part) to the end — and emits only what is new once the window no longer ends in U+FFFD.
-
-`detokenize_next` does that for one request and one token: two `tok.decode` calls, each mostly
-Python overhead around a few microseconds of Rust. `detokenize_batch` applies the same rule to every
-request of a scheduler step with one `decode_batch` call into the Rust tokenizer (`--naive-stream`
-switches back to the per-token twin). With `--skip-tokenizer-init` no tokenizer is loaded: the
-detokenizer forwards the token ids themselves (`UserReply.output_ids`).
+`tokenize_worker(tokenizer_id, ...)` is the detokenizer when `tokenizer_id == num_tokenizers`, else a
+tokenizer. Why the detokenizer holds back a half character is chapter 1's; `detokenize_batch` (one
+Rust `decode_batch` per step) and its per-token twin `detokenize_next` (`--naive-stream`) chapter 9's.
+With `--skip-tokenizer-init` the detokenizer forwards the ids themselves (`UserReply.output_ids`).
 """
 from __future__ import annotations
 
@@ -113,16 +103,21 @@ class DecodeState:
     read_offset: int = 0  # text up to here has been sent
 
 
+def emit(state: DecodeState, sent: str, window: str, final: bool) -> str:
+    """Given the sent text and the window decoded again: the new text, once it is complete."""
+    if len(window) > len(sent) and (final or not window.endswith("\ufffd")):  # hold back a half character
+        state.prefix_offset, state.read_offset = state.read_offset, len(state.ids)
+        return window[len(sent):]
+    return ""
+
+
 def detokenize_next(tok, state: DecodeState, token: int, final: bool = False) -> str:
     """Add `token` (-1 = none) and return the text that is now complete (at the end: everything left)."""
     if token >= 0:
         state.ids.append(token)
     sent = tok.decode(state.ids[state.prefix_offset:state.read_offset], skip_special_tokens=True)
     window = tok.decode(state.ids[state.prefix_offset:], skip_special_tokens=True)
-    if len(window) > len(sent) and (final or not window.endswith("\ufffd")):  # hold back a half character
-        state.prefix_offset, state.read_offset = state.read_offset, len(state.ids)
-        return window[len(sent):]
-    return ""
+    return emit(state, sent, window, final)
 
 
 def token_entry(tok, token: int, logprob: float) -> dict:
@@ -135,14 +130,6 @@ def logprob_entries(tok, msg: DetokenizeMsg) -> list[dict]:
     chosen, top_ids, top_values = msg.logprobs
     tops = [token_entry(tok, t, v) for t, v in zip(top_ids, top_values)]
     return [{**token_entry(tok, msg.next_token, chosen), "top_logprobs": tops}]
-
-
-def emit(state: DecodeState, sent: str, window: str, final: bool) -> str:
-    """detokenize_next's rule, given the two decoded texts: the new text, once it is complete."""
-    if len(window) > len(sent) and (final or not window.endswith("\ufffd")):  # hold back a half character
-        state.prefix_offset, state.read_offset = state.read_offset, len(state.ids)
-        return window[len(sent):]
-    return ""
 
 
 def batch_decoder(tok):
