@@ -628,26 +628,31 @@ def bench_compare(args) -> dict:
                 a.server_pid = servers["baseline" if which == "baseline" else "serve"][0].pid
                 a.scrape_interval = 1.0 if which == "serve_scraped" else None
                 row[which] = bench_serve_timed(a, url)
-            off = row["offline"]["output_throughput"]
-            row["ratio"] = {k: row[k]["output_throughput"] / off for k in variants if k != "offline"}
-            if extra_offline:  # the server against an offline engine with the scheduler's thread count
-                row["ratio"][f"serve_vs_{extra_offline}"] = row["serve"]["output_throughput"] / \
-                    row[extra_offline]["output_throughput"]
-            print(f"repeat {rep}: offline {off:.1f} tok/s; " + "; ".join(
-                f"{k} {row[k]['output_throughput']:.1f} tok/s (x{row['ratio'][k]:.3f}, failed {row[k].get('failed', 0)})"
-                for k in row["ratio"] if k in row) + "".join(
-                f"; {k} x{v:.3f}" for k, v in row["ratio"].items() if k not in row), flush=True)
-            for k in order:
-                if "cpu" in row[k]:
-                    print(f"  {k}: ", end="")
-                    print_cpu(row[k]["cpu"])
-            runs.append(row)
+            runs.append(report_repeat(rep, row, variants, extra_offline))
             save_partial(args, {"runs": runs, "sweep": []})
         sweep = run_sweep(args, server("serve"), runs) if args.sweep_rates else []
     finally:
         stop_all()
     return {"runs": runs, "sweep": sweep, "server_logs": log_dir, **ratio_spread(runs),
             "config": {k: v for k, v in vars(args).items() if k != "api_key"} | {"request_rate": "inf"}}
+
+
+def report_repeat(rep: int, row: dict, variants: list[str], extra_offline: str | None) -> dict:
+    """One repeat of bench_compare: every variant's throughput as a ratio to offline, printed with the CPU reports."""
+    off = row["offline"]["output_throughput"]
+    row["ratio"] = {k: row[k]["output_throughput"] / off for k in variants if k != "offline"}
+    if extra_offline:  # the server against an offline engine with the scheduler's thread count
+        row["ratio"][f"serve_vs_{extra_offline}"] = row["serve"]["output_throughput"] / \
+            row[extra_offline]["output_throughput"]
+    print(f"repeat {rep}: offline {off:.1f} tok/s; " + "; ".join(
+        f"{k} {row[k]['output_throughput']:.1f} tok/s (x{row['ratio'][k]:.3f}, failed {row[k].get('failed', 0)})"
+        for k in row["ratio"] if k in row) + "".join(
+        f"; {k} x{v:.3f}" for k, v in row["ratio"].items() if k not in row), flush=True)
+    for k in row["order"]:
+        if "cpu" in row[k]:
+            print(f"  {k}: ", end="")
+            print_cpu(row[k]["cpu"])
+    return row
 
 
 def ratio_spread(runs: list[dict]) -> dict:
