@@ -60,7 +60,7 @@ def _server_loop(ex, path, tok) -> None:
 
     from ...config import ServerConfig
     from ...default_model import default_model_path
-    from ...messages import BatchTokenizerMsg, DetokenizeMsg, ExitMsg, encode, unbatch
+    from ...messages import BatchTokenizerMsg, DetokenizeMsg, ExitMsg, encode, unbatch_rows
     from ...server.tokenizer import detokenize_loop
     texts = {1: "日本語 🙂 ok", 2: "ßé👍🏽!"}
     ids = {u: tok.encode(t) for u, t in texts.items()}
@@ -70,7 +70,7 @@ def _server_loop(ex, path, tok) -> None:
     raws.append(encode(ExitMsg()))
     inbox = SimpleNamespace(get_raw=lambda *a: raws.pop(0), drain_raw=lambda: [])
     replies = []
-    frontend = SimpleNamespace(put=lambda m: replies.extend(unbatch(m)))
+    frontend = SimpleNamespace(put=lambda m: replies.extend(unbatch_rows(m)))  # as the API expands ReplyColumns
     with swapped([ex], lambda e: path):
         detokenize_loop(tok, inbox, frontend, ServerConfig(model_path=default_model_path()))  # the defaults: no hop log
     for u, t in texts.items():
