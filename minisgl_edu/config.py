@@ -38,7 +38,7 @@ class EngineConfig:
     seed: int = 0
 
     def __post_init__(self):
-        _at_least_one(self, "page_size")
+        _at_least_one(self, "page_size", "host_threads")
         if self.device is None:  # frozen: resolved once, here
             object.__setattr__(self, "device", default_device())
 

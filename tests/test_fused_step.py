@@ -121,19 +121,36 @@ def test_plain_greedy_only_without_controls(kw, plain):
     assert st.plain_greedy is plain
 
 
+def _layout_ok(lin, w, x, y) -> bool:
+    """Same shape and values, column-major strides, same product."""
+    return (tuple(lin.weight.shape) == tuple(w.shape) and lin.weight.stride() == (1, w.shape[0])
+            and torch.equal(lin.weight, w) and torch.allclose(lin(x), y, atol=1e-5))
+
+
 def test_column_major_o_proj_is_a_layout_not_a_computation():
     """The CUDA engine stores o_proj column-major (model.layers.column_major): same shape, same values, same
-    product; only the strides change (a row-major twin would fail the stride check, a transposed copy the values)."""
+    product; only the strides change. The check rejects the wrong layouts kept below."""
     from minisgl_edu.model.layers import RowParallelLinear, column_major
-    torch.manual_seed(0)
-    lin = RowParallelLinear(64, 32)
-    torch.nn.init.normal_(lin.weight)
-    x, w = torch.randn(3, 64), lin.weight.detach().clone()
-    y = lin(x)
-    column_major(lin)
-    assert lin.weight.shape == (32, 64) and lin.weight.stride() == (1, 32)
-    assert torch.equal(lin.weight, w)
-    torch.testing.assert_close(lin(x), y)
+    wrong = {"row-major (no-op)": lambda lin: None,
+             "a transposed copy": lambda lin: setattr(lin.weight, "data", lin.weight.data.t().contiguous())}
+    for name, layout in [("column_major", column_major), *wrong.items()]:
+        torch.manual_seed(0)
+        lin = RowParallelLinear(64, 32)
+        torch.nn.init.normal_(lin.weight)
+        x, w = torch.randn(3, 64), lin.weight.detach().clone()
+        y = lin(x)
+        try:
+            layout(lin)
+            ok = _layout_ok(lin, w, x, y)
+        except RuntimeError:  # the transposed copy cannot even multiply x
+            ok = False
+        assert ok == (name == "column_major"), name
+
+
+def test_host_threads_must_be_positive():
+    from minisgl_edu.config import EngineConfig
+    with pytest.raises(ValueError, match="host_threads must be >= 1"):
+        EngineConfig(model_path="x", device="cpu", host_threads=0)
 
 
 def test_host_threads_is_applied_by_the_engine(tiny):
