@@ -78,13 +78,21 @@ def profile(llm, n: int, g) -> None:
     print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
     if dev.type == "cuda":
         print(p.key_averages().table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=60))
+    import cProfile
+    import pstats
+    sched.add_request(next(UIDS), prompt(n, llm.engine.vocab_size, g), SamplingParams(max_tokens=1, ignore_eos=True))
+    pr = cProfile.Profile()
+    pr.enable()
+    timed_step(sched, dev)
+    pr.disable()
+    pstats.Stats(pr).sort_stats("tottime").print_stats(30)  # the Python functions the host time goes to
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=str(Path(__file__).resolve().parents[1] / "benchmarks/configs/smollm2-135m"))
     ap.add_argument("--device", default=None)
-    ap.add_argument("--lens", default="16,561,2048,16384")
+    ap.add_argument("--lens", default="16,561,2048,8000")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--profile", type=int, default=0)
     ap.add_argument("--decode-bs", type=int, default=0)

@@ -30,6 +30,7 @@ class EngineConfig:
     dummy_weights: bool = False
     attention: str | None = None  # "reference" | "flashinfer"; None: by device
     cuda_graph_max_bs: int = 256
+    cuda_graph_max_extend: int = 2048  # prefill tokens (beyond one per request) a captured prefill-step graph holds; 0: prefill steps run eager
     fused_kernels: bool = True  # FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on CUDA in 16 bits; False: plain ops
     qk_kernel: bool = True  # with fused_kernels: our one-launch q/k norm + RoPE + K/V store; False: FlashInfer's
     moe_impl: str | None = None  # "reference" | "grouped" (chapter 10); None: reference on CPU, grouped on CUDA
@@ -49,6 +50,7 @@ class SchedulerConfig(EngineConfig):
     max_prefill_tokens: int | None = None  # the token budget of one prefill step (chapter 3); None: 16384 on CUDA, 8192 on CPU
     cache: str = "radix"  # "radix" | "naive" (chapter 5)
     overlap: bool | None = None  # None: on for CUDA, off on the CPU (chapter 6)
+    mixed_chunk: bool | None = None  # decode rows ride in every prefill step (chapter 6); None: on for CUDA, off on the CPU
     trace: str | None = None  # a Perfetto step trace (chapter 6); with tp > 1 rank 0 writes it at exit
     hop_log: str | None = None  # every process appends one JSON line per message hop here (chapter 1)
     tp_timeout_s: float = 600.0  # a collective that waits longer raises instead of hanging (chapter 8)

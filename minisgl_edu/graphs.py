@@ -1,7 +1,9 @@
 """Chapter 7 — CUDA graphs: why replay a decode step instead of launching it?
 
 One graph per decode batch size (`capture_sizes`), all reading the same static buffers; a batch is
-padded to the next captured size with dummy lanes that touch only the dummy page.
+padded to the next captured size with dummy lanes that touch only the dummy page. A small prefill
+(or mixed) step has the same problem, launches costing more than kernels: it runs in a graph of
+(requests, tokens) (`prefill_key`), its last padding lane taking up the token slack.
 """
 from __future__ import annotations
 
@@ -26,6 +28,12 @@ def pad_to(sizes: list[int], bs: int) -> int:
     return sizes[bisect.bisect_left(sizes, bs)]
 
 
+def extend_capacities(max_extend: int) -> list[int]:
+    """Prefill-step graphs hold 256, 512, 1024, ... prompt tokens beyond one per request, up to max_extend."""
+    caps = [c for c in (256 << i for i in range(12)) if c < max_extend]
+    return caps + [max_extend] if max_extend > 0 else []
+
+
 class GraphRunner:
     def __init__(self, engine, max_bs: int, progress: bool = True):
         from tqdm.auto import tqdm
@@ -33,37 +41,54 @@ class GraphRunner:
         self.sizes = capture_sizes(min(max_bs, engine.cfg.max_running_reqs))
         self.max_bs = self.sizes[-1]
         pool, backend, dev = engine.pool, engine.backend, engine.device
+        # prefill steps: powers of two of requests (one more than the batch: the slack lane) x token capacities
+        caps = [c for c in extend_capacities(engine.cfg.cuda_graph_max_extend) if self.max_bs + c <= engine.max_seq_len]
+        self.prefill_sizes = sorted({min(1 << i, self.max_bs) for i in range(1, self.max_bs.bit_length() + 1)}) if caps else []
+        self.prefill_keys = [(bs, bs + c) for bs in self.prefill_sizes for c in caps]  # (requests, tokens)
+        tokens = max([self.max_bs] + [t for _, t in self.prefill_keys])
         self.dummy_slot = int(pool.num_pages * pool.page_size)  # first slot of the dummy page
         # static inputs shared by every graph: a replay reads whatever was copied here
-        self.input_ids = torch.zeros(self.max_bs, dtype=torch.int32, device=dev)
-        self.positions = torch.zeros(self.max_bs, dtype=torch.int64, device=dev)
-        self.out_loc = torch.full((self.max_bs,), self.dummy_slot, dtype=torch.int64, device=dev)  # int64: index-ready
+        self.input_ids = torch.zeros(tokens, dtype=torch.int32, device=dev)
+        self.positions = torch.zeros(tokens, dtype=torch.int64, device=dev)
+        self.out_loc = torch.full((tokens,), self.dummy_slot, dtype=torch.int64, device=dev)  # int64: index-ready
         # one KV-index buffer shared by all graph wrappers (only one replays at a time)
-        self.kv_indices = torch.zeros(self.max_bs * engine.max_seq_len, dtype=torch.int32, device=dev)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.kv_indices = torch.zeros(self.max_bs * engine.max_seq_len + tokens, dtype=torch.int32, device=dev)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}  # decode: by batch size
         self.outputs: dict[int, torch.Tensor] = {}
+        self.prefill_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # prefill: by (requests, tokens)
+        self.prefill_outputs: dict[tuple[int, int], torch.Tensor] = {}
         self.mempool = torch.cuda.graph_pool_handle()  # smaller graphs reuse the largest one's memory
-        stream = torch.cuda.Stream(dev)
+        self.stream = torch.cuda.Stream(dev)  # captures run here
         reserved0 = torch.cuda.memory_reserved(dev)  # this process's memory: others may share the GPU
-        for bs in tqdm(sorted(self.sizes, reverse=True), desc="capture CUDA graphs", disable=not progress):
-            backend.add_graph_wrapper(bs, self.kv_indices)
-            batch = self._static_batch(bs)  # all lanes are padding during capture
-            with torch.inference_mode(), torch.cuda.stream(stream):
-                backend.prepare(batch)
-                for _ in range(2):  # warm up outside the graph (lazy inits, kernel selection)
-                    engine.model(batch.input_ids, batch.positions, backend, batch)
-                stream.synchronize()
-                g = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(g, pool=self.mempool, stream=stream):
-                    self.outputs[bs] = engine.model(batch.input_ids, batch.positions, backend, batch)
-            self.graphs[bs] = g
+        todo = sorted(self.prefill_keys, key=lambda k: -k[1]) + [(bs, 0) for bs in sorted(self.sizes, reverse=True)]
+        for bs, t in tqdm(todo, desc="capture CUDA graphs", disable=not progress):
+            backend.add_graph_wrapper(bs, self.kv_indices, t)
+            g, out = self._capture(self._static_batch(bs, t))  # all lanes are padding during capture
+            if t:
+                self.prefill_graphs[bs, t], self.prefill_outputs[bs, t] = g, out
+            else:
+                self.graphs[bs], self.outputs[bs] = g, out
         torch.cuda.synchronize(dev)
-        log.info("CUDA graphs captured for decode batch sizes %s (%.0f MiB)", self.sizes,
-                 (torch.cuda.memory_reserved(dev) - reserved0) / 2**20)
+        log.info("CUDA graphs captured for decode batch sizes %s and %d prefill shapes (%.0f MiB)", self.sizes,
+                 len(self.prefill_keys), (torch.cuda.memory_reserved(dev) - reserved0) / 2**20)
 
-    def _static_batch(self, padded: int) -> Batch:
-        b = Batch([], "decode", padded_size=padded)
-        b.input_ids, b.positions, b.out_loc = self.input_ids[:padded], self.positions[:padded], self.out_loc[:padded]
+    def _capture(self, batch: Batch) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        engine, backend = self.engine, self.engine.backend
+        stream = self.stream
+        with torch.inference_mode(), torch.cuda.stream(stream):
+            backend.prepare(batch)  # a prefill graph's first plan fixes its wrapper's token count
+            for _ in range(2):  # warm up outside the graph (lazy inits, kernel selection)
+                engine.model(batch.input_ids, batch.positions, backend, batch)
+            stream.synchronize()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=self.mempool, stream=stream):
+                out = engine.model(batch.input_ids, batch.positions, backend, batch)
+        return g, out
+
+    def _static_batch(self, padded: int, tokens: int = 0) -> Batch:
+        b = Batch([], "prefill" if tokens else "decode", padded_size=padded, padded_tokens=tokens)
+        n = tokens or padded
+        b.input_ids, b.positions, b.out_loc = self.input_ids[:n], self.positions[:n], self.out_loc[:n]
         return b
 
     def can_run(self, batch: Batch) -> bool:
@@ -71,6 +96,25 @@ class GraphRunner:
 
     def padded_size(self, bs: int) -> int:
         return pad_to(self.sizes, bs)
+
+    def prefill_key(self, batch: Batch) -> tuple[int, int] | None:
+        """The (requests, tokens) graph a prefill step fits, or None (run it eager): room for its requests plus
+        the slack lane, and for its tokens beyond one per request (a decode row riding along needs no more)."""
+        extra = sum(r.extend_len for r in batch.reqs) - batch.size
+        for bs, t in self.prefill_keys:  # in order: fewest requests, then fewest tokens
+            if bs > batch.size and t - bs >= extra:
+                return bs, t
+        return None
+
+    def replay_prefill(self, batch: Batch) -> torch.Tensor:
+        """`replay` for a prefill step planned for (batch.padded_size, batch.padded_tokens): [tokens, hidden]."""
+        n, key = len(batch.positions), (batch.padded_size, batch.padded_tokens)
+        self.input_ids[:n].copy_(batch.input_ids, non_blocking=True)
+        self.positions[:n].copy_(batch.positions, non_blocking=True)
+        self.out_loc[:n].copy_(batch.out_loc, non_blocking=True)
+        self.out_loc[n:key[1]].fill_(self.dummy_slot)  # the slack lane writes only the dummy page
+        self.prefill_graphs[key].replay()
+        return self.prefill_outputs[key][:n]
 
     def replay(self, batch: Batch) -> torch.Tensor:
         """Copy the batch into the static buffers, replay the graph of `batch.padded_size`, return [bs, hidden];

@@ -101,6 +101,11 @@ class Req:
         return self.token_ids[self.prompt_len:]
 
     @property
+    def is_decoding(self) -> bool:
+        """Its prompt is all in the KV cache: a step extends only its last sampled token (a decode row)."""
+        return self.cached_len >= self.prompt_len
+
+    @property
     def is_chunked(self) -> bool:
         """A prefill that stops short of the prompt's end: nothing is sampled for it this step."""
         return self.device_len < self.prompt_len
@@ -121,7 +126,8 @@ class Batch:
     """One forward step: which requests, in which phase, and the tensors the kernels will read."""
     reqs: list[Req]
     phase: Phase
-    padded_size: int = 0  # len(reqs) rounded up to a captured CUDA-graph size (decode only)
+    padded_size: int = 0  # len(reqs) rounded up to a captured CUDA-graph size
+    padded_tokens: int = 0  # a prefill step's tokens rounded up to its graph's capacity (graphs.py); 0: decode or eager
     # the ledger turned into kernel arguments: out_loc by the scheduler (PagePool.assign_locations,
     # chapter 4), the rest by Engine.prepare (chapter 7)
     input_ids: torch.Tensor | None = None

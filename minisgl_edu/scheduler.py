@@ -2,7 +2,9 @@
 
 One iteration: receive -> schedule (prefill first, else decode) -> launch -> process. The overlap
 loop launches step N+1 before it processes step N (the ledger advances at launch), so a request
-that stops in step N is freed once and its row waits in `deferred_rows`. Tracing is a hook (trace.py).
+that stops in step N is freed once and its row waits in `deferred_rows`. With `mixed_chunk` the
+running requests ride in every prefill step as one-token rows, so no decode waits a step for it.
+Tracing is a hook (trace.py).
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ class Scheduler:
         # the CUDA default is larger: bigger prefill GEMMs keep the tensor cores busier (issue 16)
         self.max_prefill_tokens = cfg.max_prefill_tokens or (16384 if cuda else 8192)
         self.overlap = cuda if cfg.overlap is None else cfg.overlap
+        self.mixed_chunk = cuda if cfg.mixed_chunk is None else cfg.mixed_chunk
         self.eos = set(eos_token_ids)
         engine.eos_token_ids = tuple(self.eos)  # min_tokens masks them in the sampler
         self.pending: deque[Req] = deque()  # waiting for admission; a chunked request sits in front
@@ -112,7 +115,9 @@ class Scheduler:
                 self.pending.remove(req)
             if adder.added[-1].is_chunked:  # it comes back first next step
                 self.pending.appendleft(adder.added[-1])
-            return Batch(adder.added, "prefill")
+            # mixed: the running requests' next tokens are one-row extends of the same step (their
+            # pages are reserved already); otherwise they wait while the prefill runs alone
+            return Batch(adder.added + self.running if self.mixed_chunk else adder.added, "prefill")
         if self.pending and not self.running and self.in_flight is None:
             raise RuntimeError(f"cannot admit a request into an idle engine: {adder.log}")
         return Batch(list(self.running), "decode") if self.running else None
@@ -127,9 +132,9 @@ class Scheduler:
             if req.is_chunked:
                 req.cached_len = req.device_len
                 continue
-            req.complete_one()
-            if batch.is_prefill:
+            if not req.is_decoding:  # its prompt ends in this step: it starts decoding
                 self.running.append(req)
+            req.complete_one()
             if req.device_len >= req.max_device_len:  # its last token is in flight: no further step
                 self.running.remove(req)
         return tokens

@@ -25,11 +25,14 @@ class StepStats:
     batch_size: int
     tokens: int  # tokens extended this step
     cache_hit_tokens: int  # prompt tokens served from the prefix cache (prefill steps)
+    decode_rows: int = 0  # requests extending one sampled token: all of a decode step, some of a mixed one
 
     @classmethod
     def of(cls, batch) -> StepStats:
         hit = sum(r.matched_len for r in batch.reqs if r.cached_len == r.matched_len) if batch.is_prefill else 0
-        return cls(batch.phase, batch.size, sum(r.extend_len for r in batch.reqs), hit)
+        rows = sum(r.is_decoding for r in batch.reqs) if batch.is_prefill else batch.size
+        phase = "mixed" if batch.is_prefill and rows else batch.phase  # a prefill step decode rows ride in
+        return cls(phase, batch.size, sum(r.extend_len for r in batch.reqs), hit, rows)
 
 
 class StepTime(NamedTuple):

@@ -55,6 +55,42 @@ def test_overlap_equals_normal(path, ps, budget):
     assert outs[True] == outs[False]
 
 
+def staggered(sched, prompts, sp=SP, abort=()):
+    """Requests arriving two steps apart while the earlier ones decode (uids in `abort` are aborted when the
+    next arrives); return each request's output ids and, by uid, the loop iterations its tokens came out in."""
+    reqs, when, it = [], {}, 0
+
+    def step():
+        nonlocal it
+        for o in sched.step():
+            when.setdefault(o.uid, []).append(it)
+        it += 1
+    for i, p in enumerate(prompts):
+        reqs.append(sched.add_request(i, p, sp))
+        if i - 1 in abort:
+            sched.abort(i - 1)
+        step()
+        step()
+    while not sched.idle:
+        step()
+    return [r.output_ids for r in reqs], when
+
+
+@pytest.mark.parametrize("ps,budget,overlap", [(1, 24, False), (4, 16, True), (1, 8192, True)])
+def test_mixed_chunk_equals_prefill_first(path, ps, budget, overlap):
+    """Decode rows riding in prefill steps (mixed_chunk) give the tokens of prefill-first steps, free everything,
+    and no running request ever waits an iteration without a token (prefill-first makes some wait)."""
+    prompts, outs, gaps = mixed_prompts(), {}, {}
+    for mixed in (False, True):
+        llm = tiny_llm(path, page_size=ps, max_prefill_tokens=budget, overlap=overlap, mixed_chunk=mixed)
+        outs[mixed], when = staggered(llm.scheduler, prompts, abort={3})
+        gaps[mixed] = sum(b - a - 1 for its in when.values() for a, b in zip(its, its[1:]))
+        assert ("mixed" in {st.phase for st in llm.scheduler.stats}) == mixed
+        assert_clean(llm)
+    assert outs[True] == outs[False]
+    assert gaps[True] == 0 < gaps[False]
+
+
 def test_overlap_stops_on_eos_like_normal(path):
     prompts = mixed_prompts(1)
     ref = run(tiny_llm(path).scheduler, prompts)

@@ -16,7 +16,7 @@ class AttentionBackend(ABC):
     def prepare(self, batch: Batch) -> None:
         """Once per step (after `batch.out_loc` is assigned): the ledger becomes kernel arguments
         (chapter 7), from which the backend plans `batch.attn_metadata`."""
-        batch.attn_metadata = self.plan(batch, kernel_args(batch.reqs, self.pool, batch.padded_size))
+        batch.attn_metadata = self.plan(batch, kernel_args(batch.reqs, self.pool, batch.padded_size, batch.padded_tokens))
 
     @abstractmethod
     def plan(self, batch: Batch, args: KernelArgs) -> Any:

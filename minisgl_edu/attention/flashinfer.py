@@ -37,7 +37,7 @@ class FlashInferBackend(AttentionBackend):
         self.use_tensor_cores = num_q_heads // self.kv_heads not in CUDA_CORE_GROUP_SIZES
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD", backend="fa2")
         self.decode_wrapper = self._decode_wrapper()
-        self.graph_wrappers: dict[int, Any] = {}  # captured batch size -> its decode wrapper (graphs.py)
+        self.graph_wrappers: dict[tuple[int, int], Any] = {}  # a graph's (batch size, tokens) -> its wrapper (graphs.py)
         # page_size-1 view of each layer: [slots, 1 token per page, kv_heads, head_dim]
         self.pages = [(kv.k[i].unsqueeze(1), kv.v[i].unsqueeze(1)) for i in range(kv.k.shape[0])]
 
@@ -50,19 +50,29 @@ class FlashInferBackend(AttentionBackend):
         return self.fi.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=self.use_tensor_cores,
                                                           backend="fa2", **graph)
 
-    def add_graph_wrapper(self, bs: int, indices_buf: torch.Tensor) -> None:
-        """A decode wrapper with fixed buffers for a graph of batch size `bs` (planned before each replay)."""
-        self.graph_wrappers[bs] = self._decode_wrapper(bs, indices_buf)
+    def _prefill_graph_wrapper(self, bs: int, indices_buf: torch.Tensor):
+        """A prefill wrapper with fixed buffers: a graph of `bs` requests (its first plan fixes its total tokens)."""
+        i32 = dict(dtype=torch.int32, device=self.workspace.device)
+        return self.fi.BatchPrefillWithPagedKVCacheWrapper(
+            self.workspace, "NHD", backend="fa2", use_cuda_graph=True, qo_indptr_buf=torch.zeros(bs + 1, **i32),
+            paged_kv_indptr_buf=torch.zeros(bs + 1, **i32), paged_kv_indices_buf=indices_buf,
+            paged_kv_last_page_len_buf=torch.ones(bs, **i32))
+
+    def add_graph_wrapper(self, bs: int, indices_buf: torch.Tensor, tokens: int = 0) -> None:
+        """A wrapper with fixed buffers for a graph (planned before each replay): a decode step of batch size
+        `bs`, or (tokens > 0) a prefill step of `bs` requests and `tokens` query rows."""
+        self.graph_wrappers[bs, tokens] = self._prefill_graph_wrapper(bs, indices_buf) if tokens else \
+            self._decode_wrapper(bs, indices_buf)
 
     def plan(self, batch: Batch, args: KernelArgs) -> FIMetadata:
         common = dict(num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=1,
                       q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True)
         if batch.is_prefill:
-            w = self.prefill_wrapper
+            w = self.graph_wrappers.get((batch.padded_size, batch.padded_tokens)) or self.prefill_wrapper
             w.plan(args.cu_seqlens_q, args.cu_seqlens_k, args.kv_indices, args.last_page_len,
                    head_dim_qk=self.head_dim, causal=True, seq_lens=args.seq_lens_k, **common)
         else:
-            w = self.graph_wrappers.get(batch.padded_size) or self.decode_wrapper
+            w = self.graph_wrappers.get((batch.padded_size, 0)) or self.decode_wrapper
             w.plan(args.cu_seqlens_k, args.kv_indices, args.last_page_len, head_dim=self.head_dim,
                    seq_lens=args.seq_lens_k, **common)
         out_loc = batch.out_loc if batch.out_loc.dtype == torch.int64 else batch.out_loc.long()

@@ -26,13 +26,18 @@ class KernelArgs:
     num_padding: int  # lanes added to reach a captured CUDA-graph size (dummy requests)
 
 
-def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0) -> KernelArgs:
-    """Translate the ledgers of `reqs` (plus padding lanes up to `padded_size`) into kernel arguments."""
+def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0, padded_tokens: int = 0) -> KernelArgs:
+    """Translate the ledgers of `reqs` (plus padding lanes up to `padded_size`) into kernel arguments; with
+    `padded_tokens` (a prefill-step graph) the last padding lane also takes the tokens up to that capacity."""
     dev = pool.device
     pads = max(0, padded_size - len(reqs))
     rows = np.array([r.table_idx for r in reqs] + [pool.dummy_row] * pads, np.int64)
     ext = np.array([r.extend_len for r in reqs] + [1] * pads, np.int64)  # a padding lane: one query token
     kv_len = np.array([r.device_len for r in reqs] + [1] * pads, np.int64)  # ... attending to one key
+    if pads and padded_tokens:  # the graph was planned for exactly padded_tokens query rows: fill the slack
+        slack = padded_tokens - int(ext.sum())
+        ext[-1] += slack
+        kv_len[-1] += slack  # causal over the dummy row: every key is the dummy slot
     cu_q = np.concatenate([[0], np.cumsum(ext)])
     cu_k = np.concatenate([[0], np.cumsum(kv_len)])
     total = int(cu_k[-1])

@@ -160,7 +160,7 @@ class SchedulerCounters:
         new = sched.stats[self.seen_steps:]
         for s in new:
             self.hits += s.cache_hit_tokens
-            self.prefill_tokens += s.tokens if s.phase == "prefill" else 0
+            self.prefill_tokens += s.tokens - s.decode_rows  # a mixed step's prompt tokens count too
         if new:
             self.steps.setdefault(new[-1].phase, Histogram(STEP_BUCKETS)).observe(seconds)
         if sched.tracer is None:  # only the step trace reads the list again (its length): keep it from growing

@@ -1,11 +1,12 @@
-"""CUDA-graph replay == eager forward for every captured decode size; padding lanes touch only the dummy page."""
+"""CUDA-graph replay == eager forward for every captured decode size, and for prefill / mixed steps in their
+(requests, tokens) graphs; padding lanes (and the slack lane) touch only the dummy page."""
 from __future__ import annotations
 
 import torch
 
 from .gpu_helpers import CONFIGS, report
 from minisgl_edu.engine import Engine, EngineConfig
-from minisgl_edu.graphs import capture_sizes
+from minisgl_edu.graphs import capture_sizes, extend_capacities
 from minisgl_edu.req import Batch, Req, SamplingParams
 
 MAX_BS = 16
@@ -62,3 +63,63 @@ def test_graph_replay_equals_eager_for_every_captured_size():
             r.complete_one()
     engine.graphs.replay  # still usable after many replays
     assert torch.isfinite(got).all()
+
+
+def new_req(engine, uid, n, g):
+    r = Req(uid, torch.randint(0, 49152, (n,), generator=g).tolist(), SamplingParams(max_tokens=8))
+    r.table_idx, r.device_len = engine.pool.take_row(), n
+    engine.pool.token_pool[r.table_idx, :n] = torch.tensor(r.token_ids, dtype=torch.int32)
+    return r
+
+
+def prefill_hidden(engine, batch, graph: bool) -> torch.Tensor:
+    key = engine.graphs.prefill_key(batch) if graph else None
+    assert (key is not None) == graph, "the shape fits no prefill graph"
+    batch.padded_size, batch.padded_tokens = key or (0, 0)
+    with torch.inference_mode():
+        engine.prepare(batch)
+        h = engine.graphs.replay_prefill(batch) if graph else \
+            engine.model(batch.input_ids, batch.positions, engine.backend, batch)
+    return h.float().clone()
+
+
+def test_prefill_graph_replay_equals_eager():
+    engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
+                                 max_running_reqs=MAX_BS, max_total_tokens=16384, cuda_graph_max_bs=MAX_BS,
+                                 cuda_graph_max_extend=512))
+    assert extend_capacities(512) == [256, 512]
+    assert engine.graphs.prefill_keys == [(bs, bs + c) for bs in (2, 4, 8, 16) for c in (256, 512)]
+    g = torch.Generator().manual_seed(1)
+    decoding = [Req(100 + i, torch.randint(0, 49152, (int(n),), generator=g).tolist(), SamplingParams(max_tokens=8))
+                for i, n in enumerate(torch.randint(5, 400, (7,), generator=g))]
+    prefill(engine, decoding)
+    kv, dummy = engine.kv, slice(engine.pool.num_pages * engine.pool.page_size, None)
+    chunked = new_req(engine, 1, 600, g)
+    chunked.device_len = 200  # its first chunk: [0, 200) this step, the rest later from cached_len 200
+    shapes = {"one prompt alone": [new_req(engine, 0, 100, g)], "first chunk of a long prompt": [chunked],
+              "7 decode rows + a prompt of 300": decoding + [new_req(engine, 2, 300, g)]}
+    for name, reqs in shapes.items():
+        batch = Batch(reqs, "prefill")
+        batch.out_loc = engine.pool.assign_locations(reqs)
+        want = prefill_hidden(engine, batch, graph=False)
+        k_before = kv.k.clone()
+        got = prefill_hidden(engine, batch, graph=True)
+        torch.cuda.synchronize()
+        err = ((got - want).norm() / want.norm()).item()
+        report(check="prefill_graph_vs_eager", shape=name, graph=[batch.padded_size, batch.padded_tokens], rel_err=err)
+        assert got.shape == want.shape and err < TOL, (name, err)
+        changed = (kv.k != k_before).flatten(2).any(-1).any(0)
+        changed[batch.out_loc.long()] = False
+        changed[dummy] = False
+        assert not changed.any(), f"{name}: slots {changed.nonzero()[:5].tolist()} changed"
+        for r in reqs:
+            r.complete_one() if not r.is_chunked else setattr(r, "cached_len", r.device_len)
+    chunked.device_len = 600  # the rest of the chunked prompt continues from its cached prefix
+    batch = Batch([chunked], "prefill")
+    batch.out_loc = engine.pool.assign_locations([chunked])
+    want, got = prefill_hidden(engine, batch, graph=False), prefill_hidden(engine, batch, graph=True)
+    err = ((got - want).norm() / want.norm()).item()
+    report(check="prefill_graph_vs_eager", shape="second chunk (400 tokens after 200 cached)", rel_err=err)
+    assert err < TOL, err
+    big = Batch([new_req(engine, 3, 1000, g)], "prefill")  # more than any graph holds: eager
+    assert engine.graphs.prefill_key(big) is None
