@@ -5,6 +5,7 @@ wrapper); every layer runs it over a page_size-1 view of the KV pool the referen
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,6 +36,9 @@ class FlashInferBackend(AttentionBackend):
         dev = kv.k.device
         self.workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=dev)  # one, shared by all wrappers
         self.use_tensor_cores = num_q_heads // self.kv_heads not in CUDA_CORE_GROUP_SIZES
+        # an experiment (issue 16): decode graphs of at most this many requests plan without split-KV (no merge
+        # kernel), through the tensor-core kernel, the one whose planner can be told so; 0: off
+        self.no_split_max_bs = int(os.environ.get("MINISGL_DECODE_NO_SPLIT_BS", "0"))
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD", backend="fa2")
         self.decode_wrapper = self._decode_wrapper()
         self.graph_wrappers: dict[tuple[int, int], Any] = {}  # a graph's (batch size, tokens) -> its wrapper (graphs.py)
@@ -47,7 +51,8 @@ class FlashInferBackend(AttentionBackend):
         graph = dict(use_cuda_graph=True, paged_kv_indptr_buffer=torch.zeros(bs + 1, dtype=torch.int32, device=dev),
                      paged_kv_indices_buffer=indices_buf,
                      paged_kv_last_page_len_buffer=torch.ones(bs, dtype=torch.int32, device=dev)) if bs else {}
-        return self.fi.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=self.use_tensor_cores,
+        tensor_cores = self.use_tensor_cores or 0 < bs <= self.no_split_max_bs
+        return self.fi.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=tensor_cores,
                                                           backend="fa2", **graph)
 
     def _prefill_graph_wrapper(self, bs: int, indices_buf: torch.Tensor):
@@ -74,7 +79,7 @@ class FlashInferBackend(AttentionBackend):
         else:
             w = self.graph_wrappers.get((batch.padded_size, 0)) or self.decode_wrapper
             w.plan(args.cu_seqlens_k, args.kv_indices, args.last_page_len, head_dim=self.head_dim,
-                   seq_lens=args.seq_lens_k, **common)
+                   seq_lens=args.seq_lens_k, disable_split_kv=0 < batch.padded_size <= self.no_split_max_bs, **common)
         out_loc = batch.out_loc if batch.out_loc.dtype == torch.int64 else batch.out_loc.long()
         return FIMetadata(w, args, out_loc)
 
