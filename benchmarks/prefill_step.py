@@ -5,7 +5,8 @@
 For each prompt length, one request alone through the real scheduler (normal loop): the wall time of
 `schedule`, of `launch` (the host's share: it returns once the forward is queued) and of the whole step
 after a synchronize (the device's share). With `--profile L` a torch.profiler table of that step's host
-ops (self CPU time) and its device kernels. With `--decode-bs B` the same lengths once more, now with B
+ops (self CPU time) and its device kernels, then the Python functions its host time goes to (cProfile),
+beside `--decode-bs` decoding requests. With `--decode-bs B` the same lengths once more, now with B
 requests decoding beside them (`--mixed-chunk` on: the mixed step; the prefill alone otherwise).
 """
 from __future__ import annotations
@@ -68,9 +69,13 @@ def run_lengths(llm, lens, reps, decode_bs: int, g) -> None:
               f"launch (host) {med[1]:7.2f} ms  step (synchronized) {med[2]:7.2f} ms", flush=True)
 
 
-def profile(llm, n: int, g) -> None:
+def profile(llm, n: int, g, decode_bs: int = 0) -> None:
     from torch.profiler import ProfilerActivity, profile as prof
     sched, dev = llm.scheduler, llm.engine.device
+    for _ in range(decode_bs):  # requests decoding beside it (a mixed step with mixed_chunk on)
+        sched.add_request(next(UIDS), prompt(600, llm.engine.vocab_size, g), SamplingParams(max_tokens=64, ignore_eos=True))
+    while sched.pending:
+        timed_step(sched, dev)
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
     sched.add_request(next(UIDS), prompt(n, llm.engine.vocab_size, g), SamplingParams(max_tokens=1, ignore_eos=True))
     with prof(activities=acts) as p:
@@ -112,7 +117,7 @@ def main() -> None:
     if args.decode_bs:
         run_lengths(llm, lens[:3], args.reps, args.decode_bs, g)
     if args.profile:
-        profile(llm, args.profile, g)
+        profile(llm, args.profile, g, args.decode_bs)
 
 
 if __name__ == "__main__":

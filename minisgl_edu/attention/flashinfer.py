@@ -74,8 +74,10 @@ class FlashInferBackend(AttentionBackend):
                       q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True)
         if batch.is_prefill:
             w = self.graph_wrappers.get((batch.padded_size, batch.padded_tokens)) or self.prefill_wrapper
+            # a graph's planner would split every request's KV (and merge the parts): its grid is fixed
             w.plan(args.cu_seqlens_q, args.cu_seqlens_k, args.kv_indices, args.last_page_len,
-                   head_dim_qk=self.head_dim, causal=True, seq_lens=args.seq_lens_k, **common)
+                   head_dim_qk=self.head_dim, causal=True, seq_lens=args.seq_lens_k,
+                   disable_split_kv=w is not self.prefill_wrapper, **common)
         else:
             w = self.graph_wrappers.get((batch.padded_size, 0)) or self.decode_wrapper
             w.plan(args.cu_seqlens_k, args.kv_indices, args.last_page_len, head_dim=self.head_dim,
