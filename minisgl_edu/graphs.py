@@ -2,8 +2,9 @@
 
 One graph per decode batch size (`capture_sizes`), all reading the same static buffers; a batch is
 padded to the next captured size with dummy lanes that touch only the dummy page. A small prefill
-(or mixed) step has the same problem, launches costing more than kernels: it runs in a graph of
-(requests, tokens) (`prefill_key`), its last padding lane taking up the token slack.
+or mixed step has the same problem, launches costing more than kernels: it runs in a graph of
+(decode rows, prompt rows) (`prefill_key`): its decode rows padded like a decode batch, its prompts in
+`PREFILL_LANES` lanes whose last one, a dummy, takes up the slack to the graph's token capacity.
 """
 from __future__ import annotations
 
@@ -28,6 +29,9 @@ def pad_to(sizes: list[int], bs: int) -> int:
     return sizes[bisect.bisect_left(sizes, bs)]
 
 
+PREFILL_LANES = 4  # a prefill graph's prompt lanes: up to 3 prompts, then the slack lane
+
+
 def extend_capacities(max_extend: int) -> list[int]:
     """Prefill-step graphs hold 256, 512, 1024, ... prompt tokens beyond one per request, up to max_extend."""
     caps = [c for c in (256 << i for i in range(12)) if c < max_extend]
@@ -41,28 +45,34 @@ class GraphRunner:
         self.sizes = capture_sizes(min(max_bs, engine.cfg.max_running_reqs))
         self.max_bs = self.sizes[-1]
         pool, backend, dev = engine.pool, engine.backend, engine.device
-        # prefill steps: powers of two of requests (one more than the batch: the slack lane) x token capacities
-        caps = [c for c in extend_capacities(engine.cfg.cuda_graph_max_extend) if self.max_bs + c <= engine.max_seq_len]
-        self.prefill_sizes = sorted({min(1 << i, self.max_bs) for i in range(1, self.max_bs.bit_length() + 1)}) if caps else []
-        self.prefill_keys = [(bs, bs + c) for bs in self.prefill_sizes for c in caps]  # (requests, tokens)
-        tokens = max([self.max_bs] + [t for _, t in self.prefill_keys])
+        # prefill / mixed steps: decode rows padded to 0 or a power of two, x prompt-row capacities
+        caps = [c for c in extend_capacities(engine.cfg.cuda_graph_max_extend) if c <= engine.max_seq_len]
+        pow2 = {1 << i for i in range(self.max_bs.bit_length())} | {self.max_bs}
+        self.mixed_sizes = [0] + sorted(pow2) if caps else []
+        self.prefill_keys = [(d, c) for d in self.mixed_sizes for c in caps]  # (decode rows, prompt rows)
+        tokens = max([self.max_bs] + [d + c for d, c in self.prefill_keys])
         self.dummy_slot = int(pool.num_pages * pool.page_size)  # first slot of the dummy page
         # static inputs shared by every graph: a replay reads whatever was copied here
         self.input_ids = torch.zeros(tokens, dtype=torch.int32, device=dev)
         self.positions = torch.zeros(tokens, dtype=torch.int64, device=dev)
         self.out_loc = torch.full((tokens,), self.dummy_slot, dtype=torch.int64, device=dev)  # int64: index-ready
         # one KV-index buffer shared by all graph wrappers (only one replays at a time)
-        self.kv_indices = torch.zeros(self.max_bs * engine.max_seq_len + tokens, dtype=torch.int32, device=dev)
+        self.kv_indices = torch.zeros(self.max_bs * engine.max_seq_len, dtype=torch.int32, device=dev)
+        # the prompt lanes' own (a mixed step plans both): 3 prompts, then the slack lane's keys
+        self.prefill_kv_indices = torch.zeros(PREFILL_LANES * engine.max_seq_len, dtype=torch.int32, device=dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}  # decode: by batch size
         self.outputs: dict[int, torch.Tensor] = {}
-        self.prefill_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # prefill: by (requests, tokens)
+        self.prefill_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # by (decode rows, prompt rows)
         self.prefill_outputs: dict[tuple[int, int], torch.Tensor] = {}
         self.mempool = torch.cuda.graph_pool_handle()  # smaller graphs reuse the largest one's memory
         self.stream = torch.cuda.Stream(dev)  # captures run here
         reserved0 = torch.cuda.memory_reserved(dev)  # this process's memory: others may share the GPU
-        todo = sorted(self.prefill_keys, key=lambda k: -k[1]) + [(bs, 0) for bs in sorted(self.sizes, reverse=True)]
+        todo = sorted(self.prefill_keys, key=lambda k: -sum(k)) + [(bs, 0) for bs in sorted(self.sizes, reverse=True)]
         for bs, t in tqdm(todo, desc="capture CUDA graphs", disable=not progress):
-            backend.add_graph_wrapper(bs, self.kv_indices, t)
+            if bs:
+                backend.add_graph_wrapper(bs, self.kv_indices)
+            if t:
+                backend.add_graph_wrapper(bs, self.prefill_kv_indices, t, PREFILL_LANES)
             g, out = self._capture(self._static_batch(bs, t))  # all lanes are padding during capture
             if t:
                 self.prefill_graphs[bs, t], self.prefill_outputs[bs, t] = g, out
@@ -87,7 +97,7 @@ class GraphRunner:
 
     def _static_batch(self, padded: int, tokens: int = 0) -> Batch:
         b = Batch([], "prefill" if tokens else "decode", padded_size=padded, padded_tokens=tokens)
-        n = tokens or padded
+        n = padded + tokens
         b.input_ids, b.positions, b.out_loc = self.input_ids[:n], self.positions[:n], self.out_loc[:n]
         return b
 
@@ -98,32 +108,27 @@ class GraphRunner:
         return pad_to(self.sizes, bs)
 
     def prefill_key(self, batch: Batch) -> tuple[int, int] | None:
-        """The (requests, tokens) graph a prefill step fits, or None (run it eager): room for its requests plus
-        the slack lane, and for its tokens beyond one per request (a decode row riding along needs no more)."""
-        extra = sum(r.extend_len for r in batch.reqs) - batch.size
-        for bs, t in self.prefill_keys:  # in order: fewest requests, then fewest tokens
-            if bs > batch.size and t - bs >= extra:
-                return bs, t
+        """The (decode rows, prompt rows) graph a prefill step fits, or None (run it eager): its decode rows
+        padded to a captured size, its prompts in the lanes but the last, their tokens and a slack token within."""
+        d = batch.decode_rows
+        prompts, rows = batch.size - d, sum(r.extend_len for r in batch.reqs[d:])
+        if prompts >= PREFILL_LANES:
+            return None
+        for dp, t in self.prefill_keys:  # in order: fewest decode rows, then fewest prompt rows
+            if dp >= d and t >= rows + PREFILL_LANES - prompts:
+                return dp, t
         return None
 
     def replay_prefill(self, batch: Batch) -> torch.Tensor:
-        """`replay` for a prefill step planned for (batch.padded_size, batch.padded_tokens): [tokens, hidden]."""
-        n, key = len(batch.positions), (batch.padded_size, batch.padded_tokens)
-        self.input_ids[:n].copy_(batch.input_ids, non_blocking=True)
-        self.positions[:n].copy_(batch.positions, non_blocking=True)
-        self.out_loc[:n].copy_(batch.out_loc, non_blocking=True)
-        self.out_loc[n:key[1]].fill_(self.dummy_slot)  # the slack lane writes only the dummy page
-        self.prefill_graphs[key].replay()
-        return self.prefill_outputs[key][:n]
-
-    def replay(self, batch: Batch) -> torch.Tensor:
-        """Copy the batch into the static buffers, replay the graph of `batch.padded_size`, return [bs, hidden];
-        `batch.attn_metadata` must already be planned for the padded size (Engine.prepare does it)."""
-        bs, pbs = batch.size, batch.padded_size
-        self.input_ids[:bs].copy_(batch.input_ids, non_blocking=True)
-        self.positions[:bs].copy_(batch.positions, non_blocking=True)
-        self.out_loc[:bs].copy_(batch.out_loc, non_blocking=True)
-        if pbs > bs:
-            self.out_loc[bs:pbs].fill_(self.dummy_slot)  # stale real slots here would overwrite someone's KV
-        self.graphs[pbs].replay()
-        return self.outputs[pbs][:bs]
+        """`replay` for a prefill step planned for its graph (batch.padded_size decode rows, then
+        batch.padded_tokens prompt rows): the batch's rows are copied to both parts; returns [tokens, hidden]."""
+        d, (dp, t) = batch.decode_rows, (batch.padded_size, batch.padded_tokens)
+        n = len(batch.positions)
+        for buf, rows in ((self.input_ids, batch.input_ids), (self.positions, batch.positions), (self.out_loc, batch.out_loc)):
+            buf[:d].copy_(rows[:d], non_blocking=True)
+            buf[dp:dp + n - d].copy_(rows[d:], non_blocking=True)
+        self.out_loc[d:dp].fill_(self.dummy_slot)  # padding lanes and the slack lane write only the dummy page
+        self.out_loc[dp + n - d:dp + t].fill_(self.dummy_slot)
+        self.prefill_graphs[dp, t].replay()
+        out = self.prefill_outputs[dp, t]
+        return out[:n] if d == dp else torch.cat([out[:d], out[dp:dp + n - d]])

@@ -115,9 +115,9 @@ class Scheduler:
                 self.pending.remove(req)
             if adder.added[-1].is_chunked:  # it comes back first next step
                 self.pending.appendleft(adder.added[-1])
-            # mixed: the running requests' next tokens are one-row extends of the same step (their
-            # pages are reserved already); otherwise they wait while the prefill runs alone
-            return Batch(adder.added + self.running if self.mixed_chunk else adder.added, "prefill")
+            if self.mixed_chunk and self.running:  # their next tokens ride along (their pages are reserved already)
+                return Batch(self.running + adder.added, "prefill", decode_rows=len(self.running))
+            return Batch(adder.added, "prefill")  # the running requests wait a step
         if self.pending and not self.running and self.in_flight is None:
             raise RuntimeError(f"cannot admit a request into an idle engine: {adder.log}")
         return Batch(list(self.running), "decode") if self.running else None

@@ -30,7 +30,7 @@ class StepStats:
     @classmethod
     def of(cls, batch) -> StepStats:
         hit = sum(r.matched_len for r in batch.reqs if r.cached_len == r.matched_len) if batch.is_prefill else 0
-        rows = sum(r.is_decoding for r in batch.reqs) if batch.is_prefill else batch.size
+        rows = batch.decode_rows if batch.is_prefill else batch.size
         phase = "mixed" if batch.is_prefill and rows else batch.phase  # a prefill step decode rows ride in
         return cls(phase, batch.size, sum(r.extend_len for r in batch.reqs), hit, rows)
 

@@ -24,6 +24,8 @@ class FIMetadata:
     wrapper: Any  # the planned FlashInfer wrapper every layer runs this step
     args: KernelArgs
     out_loc: torch.Tensor  # int64 once per step, not converted again in every layer's K/V store
+    decode: Any = None  # a mixed step: the decode wrapper planned for its first `split` query rows ...
+    split: int = 0  # ... and `wrapper` (prefill) takes the rest
 
 
 class FlashInferBackend(AttentionBackend):
@@ -34,12 +36,14 @@ class FlashInferBackend(AttentionBackend):
         _, _, self.kv_heads, self.head_dim = kv.k.shape
         self.q_heads, self.dtype = num_q_heads, kv.k.dtype
         dev = kv.k.device
-        self.workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=dev)  # one, shared by all wrappers
+        # one float workspace for the decode wrappers, one for the prefill ones: a mixed step plans one of each
+        self.workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=dev)
+        self.prefill_workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=dev)
         self.use_tensor_cores = num_q_heads // self.kv_heads not in CUDA_CORE_GROUP_SIZES
         # an experiment (issue 16): decode graphs of at most this many requests plan without split-KV (no merge
         # kernel), through the tensor-core kernel, the one whose planner can be told so; 0: off
         self.no_split_max_bs = int(os.environ.get("MINISGL_DECODE_NO_SPLIT_BS", "0"))
-        self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.workspace, "NHD", backend="fa2")
+        self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.prefill_workspace, "NHD", backend="fa2")
         self.decode_wrapper = self._decode_wrapper()
         self.graph_wrappers: dict[tuple[int, int], Any] = {}  # a graph's (batch size, tokens) -> its wrapper (graphs.py)
         # page_size-1 view of each layer: [slots, 1 token per page, kv_heads, head_dim]
@@ -55,33 +59,55 @@ class FlashInferBackend(AttentionBackend):
         return self.fi.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=tensor_cores,
                                                           backend="fa2", **graph)
 
-    def _prefill_graph_wrapper(self, bs: int, indices_buf: torch.Tensor):
-        """A prefill wrapper with fixed buffers: a graph of `bs` requests (its first plan fixes its total tokens)."""
+    def _prefill_graph_wrapper(self, lanes: int, indices_buf: torch.Tensor):
+        """A prefill wrapper with fixed buffers for `lanes` requests (its first plan fixes its total tokens)."""
         i32 = dict(dtype=torch.int32, device=self.workspace.device)
         return self.fi.BatchPrefillWithPagedKVCacheWrapper(
-            self.workspace, "NHD", backend="fa2", use_cuda_graph=True, qo_indptr_buf=torch.zeros(bs + 1, **i32),
-            paged_kv_indptr_buf=torch.zeros(bs + 1, **i32), paged_kv_indices_buf=indices_buf,
-            paged_kv_last_page_len_buf=torch.ones(bs, **i32))
+            self.prefill_workspace, "NHD", backend="fa2", use_cuda_graph=True, qo_indptr_buf=torch.zeros(lanes + 1, **i32),
+            paged_kv_indptr_buf=torch.zeros(lanes + 1, **i32), paged_kv_indices_buf=indices_buf,
+            paged_kv_last_page_len_buf=torch.ones(lanes, **i32))
 
-    def add_graph_wrapper(self, bs: int, indices_buf: torch.Tensor, tokens: int = 0) -> None:
-        """A wrapper with fixed buffers for a graph (planned before each replay): a decode step of batch size
-        `bs`, or (tokens > 0) a prefill step of `bs` requests and `tokens` query rows."""
-        self.graph_wrappers[bs, tokens] = self._prefill_graph_wrapper(bs, indices_buf) if tokens else \
-            self._decode_wrapper(bs, indices_buf)
+    def add_graph_wrapper(self, bs: int, indices_buf: torch.Tensor, tokens: int = 0, lanes: int = 0) -> None:
+        """Wrappers with fixed buffers for a graph (planned before each replay): a decode step of batch size `bs`;
+        or (tokens > 0) a prefill step of `lanes` requests and `tokens` query rows after `bs` decode rows."""
+        if tokens:
+            self.graph_wrappers[bs, tokens] = self._prefill_graph_wrapper(lanes, indices_buf)
+        elif (bs, 0) not in self.graph_wrappers:  # a mixed graph's decode rows share the decode graph's wrapper
+            self.graph_wrappers[bs, 0] = self._decode_wrapper(bs, indices_buf)
+
+    def prepare(self, batch: Batch) -> None:
+        """A prefill step's decode rows (a mixed step: the first `decode_rows` requests, padded to a graph's
+        `padded_size`) go through the decode kernel, its prompts through the prefill kernel, each planned once."""
+        if not batch.is_prefill:
+            return super().prepare(batch)
+        d, graph = batch.decode_rows, batch.padded_tokens > 0
+        split = batch.padded_size if graph else d  # query rows of the decode part
+        from ..graphs import PREFILL_LANES
+        md = self.plan(batch, kernel_args(batch.reqs[d:], self.pool, PREFILL_LANES if graph else 0, batch.padded_tokens))
+        if split:
+            md.decode = self._plan_decode(kernel_args(batch.reqs[:d], self.pool, split if graph else 0),
+                                          self.graph_wrappers[split, 0] if graph else self.decode_wrapper)
+            md.split = split
+        batch.attn_metadata = md
+
+    def _plan_decode(self, args: KernelArgs, w):
+        w.plan(args.cu_seqlens_k, args.kv_indices, args.last_page_len, head_dim=self.head_dim, seq_lens=args.seq_lens_k,
+               disable_split_kv=w is not self.decode_wrapper and len(args.seq_lens_k) <= self.no_split_max_bs,
+               num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=1, q_data_type=self.dtype,
+               kv_data_type=self.dtype, non_blocking=True)
+        return w
 
     def plan(self, batch: Batch, args: KernelArgs) -> FIMetadata:
-        common = dict(num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=1,
-                      q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True)
         if batch.is_prefill:
             w = self.graph_wrappers.get((batch.padded_size, batch.padded_tokens)) or self.prefill_wrapper
             # a graph's planner would split every request's KV (and merge the parts): its grid is fixed
             w.plan(args.cu_seqlens_q, args.cu_seqlens_k, args.kv_indices, args.last_page_len,
                    head_dim_qk=self.head_dim, causal=True, seq_lens=args.seq_lens_k,
-                   disable_split_kv=w is not self.prefill_wrapper, **common)
+                   disable_split_kv=w is not self.prefill_wrapper, num_qo_heads=self.q_heads,
+                   num_kv_heads=self.kv_heads, page_size=1, q_data_type=self.dtype, kv_data_type=self.dtype,
+                   non_blocking=True)
         else:
-            w = self.graph_wrappers.get((batch.padded_size, 0)) or self.decode_wrapper
-            w.plan(args.cu_seqlens_k, args.kv_indices, args.last_page_len, head_dim=self.head_dim,
-                   seq_lens=args.seq_lens_k, disable_split_kv=0 < batch.padded_size <= self.no_split_max_bs, **common)
+            w = self._plan_decode(args, self.graph_wrappers.get((batch.padded_size, 0)) or self.decode_wrapper)
         out_loc = batch.out_loc if batch.out_loc.dtype == torch.int64 else batch.out_loc.long()
         return FIMetadata(w, args, out_loc)
 
@@ -95,7 +121,13 @@ class FlashInferBackend(AttentionBackend):
 
     def attend(self, q, layer, batch):
         """Attention over K/V already in the pool (the model's one-launch kernel stored them)."""
-        return batch.attn_metadata.wrapper.run(q, self.pages[layer])
+        md = batch.attn_metadata
+        if not md.split:
+            return md.wrapper.run(q, self.pages[layer])
+        out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # both kernels write their rows into one output
+        md.decode.run(q[:md.split], self.pages[layer], out=out[:md.split])
+        md.wrapper.run(q[md.split:], self.pages[layer], out=out[md.split:])
+        return out
 
     def store_locations(self, batch) -> torch.Tensor:
         """This step's out_loc as int64, for a kernel that writes K/V into the pool itself."""

@@ -87,8 +87,8 @@ def test_prefill_graph_replay_equals_eager():
     engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
                                  max_running_reqs=MAX_BS, max_total_tokens=16384, cuda_graph_max_bs=MAX_BS,
                                  cuda_graph_max_extend=512))
-    assert extend_capacities(512) == [256, 512]
-    assert engine.graphs.prefill_keys == [(bs, bs + c) for bs in (2, 4, 8, 16) for c in (256, 512)]
+    assert extend_capacities(512) == [256, 512] and extend_capacities(2048) == [256, 512, 1024, 2048]
+    assert engine.graphs.prefill_keys == [(d, c) for d in (0, 1, 2, 4, 8, 16) for c in (256, 512)]
     g = torch.Generator().manual_seed(1)
     decoding = [Req(100 + i, torch.randint(0, 49152, (int(n),), generator=g).tolist(), SamplingParams(max_tokens=8))
                 for i, n in enumerate(torch.randint(5, 400, (7,), generator=g))]
@@ -99,9 +99,16 @@ def test_prefill_graph_replay_equals_eager():
     shapes = {"one prompt alone": [new_req(engine, 0, 100, g)], "first chunk of a long prompt": [chunked],
               "7 decode rows + a prompt of 300": decoding + [new_req(engine, 2, 300, g)]}
     for name, reqs in shapes.items():
-        batch = Batch(reqs, "prefill")
+        batch = Batch(reqs, "prefill", decode_rows=sum(r.is_decoding for r in reqs))  # decode rows first
         batch.out_loc = engine.pool.assign_locations(reqs)
         want = prefill_hidden(engine, batch, graph=False)
+        if batch.decode_rows:  # the decode kernel on the decode rows == the prefill kernel on every row
+            plain = Batch(reqs, "prefill")
+            plain.out_loc = batch.out_loc
+            ref = prefill_hidden(engine, plain, graph=False)
+            err = ((want - ref).norm() / ref.norm()).item()
+            report(check="mixed_split_attention_vs_one_prefill_kernel", shape=name, rel_err=err)
+            assert err < TOL, (name, err)
         k_before = kv.k.clone()
         got = prefill_hidden(engine, batch, graph=True)
         torch.cuda.synchronize()
@@ -123,3 +130,5 @@ def test_prefill_graph_replay_equals_eager():
     assert err < TOL, err
     big = Batch([new_req(engine, 3, 1000, g)], "prefill")  # more than any graph holds: eager
     assert engine.graphs.prefill_key(big) is None
+    four = Batch([new_req(engine, 4 + i, 10, g) for i in range(4)], "prefill")  # more prompts than lanes: eager
+    assert engine.graphs.prefill_key(four) is None
