@@ -14,7 +14,7 @@ import torch
 from ..model.layers import fused_kernels
 from ..req import Batch
 from .base import AttentionBackend
-from .metadata import KernelArgs
+from .metadata import KernelArgs, kernel_args
 
 CUDA_CORE_GROUP_SIZES = (1, 2, 3, 4, 8)  # GQA group sizes FlashInfer's CUDA-core decode kernel is built for
 
