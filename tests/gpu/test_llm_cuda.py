@@ -91,7 +91,7 @@ def test_mixed_steps_in_graphs_finish_clean(smol):
         if not mixed:  # the twin: prefill steps alone, and eager
             graphs.prefill_key = lambda batch: None
         try:
-            reqs, step = [], 0
+            reqs = []
             for i, (p, sp) in enumerate(zip(prompts, params)):
                 reqs.append(sched.add_request(5000 + i, p, sp))
                 sched.step()
