@@ -132,3 +132,14 @@ class GraphRunner:
         self.prefill_graphs[dp, t].replay()
         out = self.prefill_outputs[dp, t]
         return out[:n] if d == dp else torch.cat([out[:d], out[dp:dp + n - d]])
+    def replay(self, batch: Batch) -> torch.Tensor:
+        """Copy the batch into the static buffers, replay the graph of `batch.padded_size`, return [bs, hidden];
+        `batch.attn_metadata` must already be planned for the padded size (Engine.prepare does it)."""
+        bs, pbs = batch.size, batch.padded_size
+        self.input_ids[:bs].copy_(batch.input_ids, non_blocking=True)
+        self.positions[:bs].copy_(batch.positions, non_blocking=True)
+        self.out_loc[:bs].copy_(batch.out_loc, non_blocking=True)
+        if pbs > bs:
+            self.out_loc[bs:pbs].fill_(self.dummy_slot)  # stale real slots here would overwrite someone's KV
+        self.graphs[pbs].replay()
+        return self.outputs[pbs][:bs]
