@@ -33,8 +33,11 @@ PREFILL_LANES = 4  # a prefill graph's prompt lanes: up to 3 prompts, then the s
 
 
 def extend_capacities(max_extend: int) -> list[int]:
-    """Prefill-step graphs hold 256, 512, 1024, ... prompt tokens beyond one per request, up to max_extend."""
-    caps = [c for c in (256 << i for i in range(12)) if c < max_extend]
+    """Prefill graphs hold 256, 512, 768, 1024, then 1.5x steps of prompt rows, up to max_extend (padding stays < 1/3)."""
+    caps, c = [], 256
+    while c < max_extend:
+        caps.append(c)
+        c = c + 256 if c < 1024 else c * 3 // 2 // 256 * 256
     return caps + [max_extend] if max_extend > 0 else []
 
 

@@ -11,6 +11,7 @@ from minisgl_edu.req import Batch, Req, SamplingParams
 
 MAX_BS = 16
 TOL = 1e-2  # bf16: graph and eager run different GEMM shapes (padded vs not)
+PREFILL_TOL = 2e-2  # ... and a prefill graph's planner tiles the attention otherwise (no split-KV, fixed tile size)
 
 
 def prefill(engine, reqs):
@@ -87,7 +88,7 @@ def test_prefill_graph_replay_equals_eager():
     engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
                                  max_running_reqs=MAX_BS, max_total_tokens=16384, cuda_graph_max_bs=MAX_BS,
                                  cuda_graph_max_extend=512))
-    assert extend_capacities(512) == [256, 512] and extend_capacities(2048) == [256, 512, 1024, 2048]
+    assert extend_capacities(512) == [256, 512] and extend_capacities(2048) == [256, 512, 768, 1024, 1536, 2048]
     assert engine.graphs.prefill_keys == [(d, c) for d in (0, 1, 2, 4, 8, 16) for c in (256, 512)]
     g = torch.Generator().manual_seed(1)
     decoding = [Req(100 + i, torch.randint(0, 49152, (int(n),), generator=g).tolist(), SamplingParams(max_tokens=8))
@@ -114,7 +115,7 @@ def test_prefill_graph_replay_equals_eager():
         torch.cuda.synchronize()
         err = ((got - want).norm() / want.norm()).item()
         report(check="prefill_graph_vs_eager", shape=name, graph=[batch.padded_size, batch.padded_tokens], rel_err=err)
-        assert got.shape == want.shape and err < TOL, (name, err)
+        assert got.shape == want.shape and err < PREFILL_TOL, (name, err)
         changed = (kv.k != k_before).flatten(2).any(-1).any(0)
         changed[batch.out_loc.long()] = False
         changed[dummy] = False
@@ -127,7 +128,7 @@ def test_prefill_graph_replay_equals_eager():
     want, got = prefill_hidden(engine, batch, graph=False), prefill_hidden(engine, batch, graph=True)
     err = ((got - want).norm() / want.norm()).item()
     report(check="prefill_graph_vs_eager", shape="second chunk (400 tokens after 200 cached)", rel_err=err)
-    assert err < TOL, err
+    assert err < PREFILL_TOL, err
     big = Batch([new_req(engine, 3, 1000, g)], "prefill")  # more than any graph holds: eager
     assert engine.graphs.prefill_key(big) is None
     four = Batch([new_req(engine, 4 + i, 10, g) for i in range(4)], "prefill")  # more prompts than lanes: eager
