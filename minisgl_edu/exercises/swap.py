@@ -13,6 +13,7 @@ import ast
 import importlib
 import importlib.util
 import inspect
+import itertools
 import json
 import linecache
 import os
@@ -24,6 +25,7 @@ from . import NotAttempted
 from .registry import Exercise, by_id, build_exercises
 
 ENV = "MINISGL_EXERCISES"
+_PATCHES = itertools.count()  # numbers the source of each patched twin (see patched)
 
 
 def load_file(path: str):
@@ -87,7 +89,7 @@ def patched(target: str, *edits: tuple[str, str], calls: tuple[str, ...] = ()):
     # recursion) finds them, while every other name is the module's global
     body = "".join(textwrap.indent(textwrap.dedent(s), "    ") for s in sources)
     src = f"def _make():\n{body}    return {fn.__name__}\n"
-    filename = f"<{target}, patched>"
+    filename = f"<{target}, patch {next(_PATCHES)}>"  # one name per twin: two twins of one target differ
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # tracebacks show the lines
     scope: dict = {}
     exec(compile(src, filename, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True), g, scope)
