@@ -35,7 +35,7 @@ class EngineConfig:
     qk_kernel: bool = True  # with fused_kernels: our one-launch q/k norm + RoPE + K/V store; False: FlashInfer's
     moe_impl: str | None = None  # "reference" | "grouped" (chapter 10); None: reference on CPU, grouped on CUDA
     lean_step: bool = True  # skip per-step work no request needs (sampling controls, float32 logits); False: the plain step
-    host_threads: int | None = None  # torch's CPU threads in this process; None: 4 on CUDA (the host's share of a step is small ops), unchanged on the CPU
+    host_threads: int | None = None  # torch's CPU threads in this process; None: host_threads_for's rule (4 on CUDA)
     seed: int = 0
 
     def __post_init__(self):
@@ -89,6 +89,22 @@ def _at_least_one(cfg, *fields: str) -> None:
 def default_device() -> str:
     import torch
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def host_threads_for(cfg: EngineConfig, device_type: str, rank_process: bool = False) -> int | None:
+    """torch's CPU threads for a process that runs an engine (None: leave torch's default). An explicit
+    `host_threads` always wins; `rank_process`: a scheduler rank of the server or of LLM(tp > 1)."""
+    if cfg.host_threads is not None:
+        return cfg.host_threads
+    if device_type == "cuda":
+        # 16 OpenMP threads for the step's tiny host ops only spin, and beside busy server processes they get
+        # descheduled mid-op: on an H200 the server ran at 9.4k tok/s with them, 33k with 4 (issue 18)
+        return min(4, os.cpu_count() or 1)
+    if device_type == "cpu" and rank_process:
+        # ranks share the cores, and one is left to the API and tokenizers: oversubscribed torch threads
+        # spin-wait on each other (on 2 busy cores, 2 threads decode ~9x slower than 1)
+        return max(1, (os.cpu_count() or 1) // getattr(cfg, "tp", 1) - 1)
+    return None  # an offline CPU engine: the whole machine is its own
 
 
 def resolve_model(model: str | None) -> str:

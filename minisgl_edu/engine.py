@@ -5,7 +5,6 @@ It turns a `Batch` (chapter 2) into next tokens; `prepare()` is chapter 7's ledg
 from __future__ import annotations
 
 import logging
-import os
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
@@ -13,7 +12,7 @@ import numpy as np
 import torch
 
 from .attention import make_backend
-from .config import EngineConfig  # noqa: F401  (re-exported)
+from .config import EngineConfig, host_threads_for  # noqa: F401  (EngineConfig re-exported)
 from .model import build_model, load_config
 from .model.layers import use_kernels
 from .paging import KVCache, PagePool, extend_spans, to_device
@@ -30,10 +29,8 @@ class Engine:
         self.cfg = cfg
         self.device = torch.device(cfg.device)  # resolved by EngineConfig
         use_kernels(cfg.fused_kernels, cfg.qk_kernel, cfg.moe_impl)  # one engine per process decides for its layers
-        if cfg.host_threads is not None or self.device.type == "cuda":
-            # 16 OpenMP threads for the step's tiny host ops only spin, and beside busy server processes they get
-            # descheduled mid-op: on an H200 the server ran at 9.4k tok/s with them, 33k with 4 (issue 18)
-            torch.set_num_threads(min(4, os.cpu_count() or 1) if cfg.host_threads is None else cfg.host_threads)
+        if (threads := host_threads_for(cfg, self.device.type)) is not None:  # the rule and its why: config.py
+            torch.set_num_threads(threads)
         self.dtype = cfg.dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)
         self.model_config = mc = load_config(cfg.model_path)
         self.max_seq_len = min(cfg.max_seq_len or mc.max_position_embeddings, mc.max_position_embeddings)

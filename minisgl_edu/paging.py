@@ -28,23 +28,13 @@ def to_device(a: np.ndarray, device: torch.device, host: bool = False) -> torch.
     return t if host else t.to(device, non_blocking=True)
 
 
-def ragged_arange(lens: torch.Tensor, starts: torch.Tensor | None = None, total: int | None = None) -> torch.Tensor:
-    """concat(arange(s, s + n) for s, n in zip(starts, lens)), starts 0 by default, on the tensors'
-    device and without a Python loop. Given `total` (= lens.sum()), a device computation needs no sync."""
-    total = int(lens.sum()) if total is None else total
-    shift = torch.cumsum(lens, 0) - lens  # where each run begins in the output
-    if starts is not None:
-        shift = shift - starts
-    return torch.arange(total, device=lens.device) - torch.repeat_interleave(shift, lens, output_size=total)
-
-
 def extend_spans(reqs: list[Req]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What a step extends, flat over the batch: (cached_len per request, extend_len per request,
     page-table row per new token, position per new token). Shared by assign_locations and Engine.prepare."""
     cached = np.fromiter((r.cached_len for r in reqs), np.int64, len(reqs))
     ext = np.fromiter((r.extend_len for r in reqs), np.int64, len(reqs))
     rows = np.repeat(np.fromiter((r.table_idx for r in reqs), np.int64, len(reqs)), ext)
-    ends = np.cumsum(ext)  # ragged_arange in NumPy: no tensor ops on the host each step
+    ends = np.cumsum(ext)  # concat(arange(cached, cached + ext)) in NumPy: no tensor ops on the host each step
     return cached, ext, rows, np.arange(ends[-1] if len(ends) else 0) - np.repeat(ends - ext - cached, ext)
 
 

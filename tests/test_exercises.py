@@ -96,6 +96,26 @@ def test_mutant_fails_naming_the_problem(path):
     assert "\n" not in r.message and "Traceback" not in r.message
 
 
+def test_patched_edits_exactly_one_place_of_the_library_source():
+    """The mutants above are edits of the library's source (swap.patched): an `old` text that no longer
+    occurs, or occurs twice, is refused, so a library change cannot silently make a mutant the library."""
+    from minisgl_edu.exercises.swap import patched, swapped
+    from minisgl_edu.req import Req, SamplingParams
+    twin = patched("minisgl_edu.req:Req.complete_one", ("self.device_len += 1", "self.device_len += 2"))
+    mine, lib = (Req(0, [1, 2, 3], SamplingParams(max_tokens=4)) for _ in range(2))
+    mine.device_len = lib.device_len = 3
+    twin(mine)
+    lib.complete_one()  # the library's own method is left as it was
+    assert [(r.cached_len, r.device_len) for r in (mine, lib)] == [(3, 5), (3, 4)]
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        patched("minisgl_edu.req:Req.complete_one", ("self.device_len += 3", ""))
+    with pytest.raises(ValueError, match="occurs 2 times"):
+        patched("minisgl_edu.req:Req.complete_one", ("self.device_len", ""))
+    with swapped([by_id("ch02.complete_one")], lambda e: os.path.join(HERE, "exercise_mutants", "ch02_complete_one_skips_token.py")):
+        with pytest.raises(ValueError, match="not the library's"):  # a swapped-in function is not the library's code
+            patched("minisgl_edu.req:Req.complete_one")
+
+
 def test_cli_exit_codes_and_default_file(tmp_path, monkeypatch):
     from minisgl_edu.exercises.__main__ import main
     monkeypatch.setenv("MINISGL_EXERCISES_DIR", str(tmp_path))

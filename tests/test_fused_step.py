@@ -153,6 +153,25 @@ def test_host_threads_must_be_positive():
         EngineConfig(model_path="x", device="cpu", host_threads=0)
 
 
+def test_host_threads_for_every_process_kind(monkeypatch):
+    """The one rule (config.host_threads_for) that Engine.__init__ and each scheduler rank apply: explicit wins;
+    CUDA takes 4 (fewer cores: all); a CPU rank takes its share of the cores less one; an offline CPU engine None."""
+    import os
+
+    from minisgl_edu.config import SchedulerConfig, host_threads_for
+    cfg = lambda **kw: SchedulerConfig(model_path="x", device="cpu", **kw)
+    for cores, tp, cuda, cpu_rank in ((16, 1, 4, 15), (16, 2, 4, 7), (2, 1, 2, 1), (2, 2, 2, 1)):
+        monkeypatch.setattr(os, "cpu_count", lambda: cores)
+        for rank_process in (False, True):
+            assert host_threads_for(cfg(tp=tp), "cuda", rank_process) == cuda
+            assert host_threads_for(cfg(tp=tp, host_threads=3), "cuda", rank_process) == 3
+            assert host_threads_for(cfg(tp=tp, host_threads=3), "cpu", rank_process) == 3
+        assert host_threads_for(cfg(tp=tp), "cpu", rank_process=True) == cpu_rank
+        assert host_threads_for(cfg(tp=tp), "cpu") is None  # the whole machine is the offline engine's
+    from minisgl_edu.config import EngineConfig
+    assert host_threads_for(EngineConfig(model_path="x", device="cpu"), "cpu", rank_process=True) == 1  # no tp field: one rank
+
+
 def test_host_threads_is_applied_by_the_engine(tiny):
     """`host_threads` (config chain) sets torch's CPU threads where the engine is built; None leaves the CPU alone."""
     before = torch.get_num_threads()

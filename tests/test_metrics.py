@@ -118,6 +118,31 @@ def test_histogram_exports_as_prometheus_clients_own():
     assert [s.value for f in fams for s in f.samples if s.name == "ours_seconds_sum"] == [pytest.approx(sum(values))]
 
 
+def test_scheduler_counters_count_each_step_once_list_or_bounded_deque():
+    """observe_step counts every launched step once, from today's plain Scheduler.stats list (cleared as it is
+    counted, kept whole while a step trace numbers steps by its length) or from a bounded deque that a
+    `steps_done` count goes with (never cleared): the cache hits and each step's phase agree."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from minisgl_edu.server.metrics import SchedulerCounters
+    from minisgl_edu.trace import StepStats
+    steps = [StepStats("prefill", 2, 30, 8), None, StepStats("decode", 2, 2, 0), StepStats("prefill", 1, 5, 4)]
+    for stats, tracer, kept in (([], None, 0), ([], "a tracer", 3), (deque(maxlen=2), None, 2)):
+        sched = SimpleNamespace(stats=stats, tracer=tracer)
+        if isinstance(stats, deque):
+            sched.steps_done = 0
+        c = SchedulerCounters()
+        for st in steps:  # None: a loop step that launched nothing
+            if st is not None:
+                stats.append(st)
+                if isinstance(stats, deque):
+                    sched.steps_done += 1
+            c.observe_step(sched, 0.01)
+        assert (c.hits, len(stats)) == (12, kept), (type(stats), tracer)
+        assert {p: sum(h.counts) for p, h in c.steps.items()} == {"prefill": 2, "decode": 1}
+
+
 def test_server_metrics_count_what_the_replies_say():
     from minisgl_edu.messages import UserReply
     m = ServerMetrics("x")

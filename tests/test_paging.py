@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from minisgl_edu.paging import KVCache, PagePool, cdiv, ragged_arange
+from minisgl_edu.paging import KVCache, PagePool, cdiv, extend_spans
 from minisgl_edu.req import Req, SamplingParams
 
 
@@ -38,10 +38,18 @@ def check_rows(pool: PagePool, reqs: list[Req], other_pages: int = 0) -> None:
     assert len(used_pages) + len(free) + other_pages == pool.num_pages, "page leak"
 
 
-def test_ragged_arange():
-    lens, starts = torch.tensor([2, 0, 3]), torch.tensor([3, 0, 10])
-    assert ragged_arange(lens, starts).tolist() == [3, 4, 10, 11, 12]
-    assert ragged_arange(lens, total=5).tolist() == [0, 1, 0, 1, 2]  # starts 0: each request's key positions
+def test_extend_spans_flattens_the_new_positions():
+    """Per request (cached_len, extend_len); per new token its page-table row and position: the
+    concatenated aranges of [cached_len, device_len), a request extending nothing included."""
+    reqs = []
+    for uid, (row, cached, device) in enumerate([(5, 3, 5), (0, 4, 4), (2, 10, 13)]):
+        r = Req(uid, [1] * 20, SamplingParams(max_tokens=1))
+        r.table_idx, r.cached_len, r.device_len = row, cached, device
+        reqs.append(r)
+    cached, ext, rows, pos = extend_spans(reqs)
+    assert cached.tolist() == [3, 4, 10] and ext.tolist() == [2, 0, 3]
+    assert rows.tolist() == [5, 5, 2, 2, 2] and pos.tolist() == [3, 4, 10, 11, 12]
+    assert [a.tolist() for a in extend_spans([])] == [[], [], [], []]
     assert cdiv(np.array([0, 1, 4, 5]), 4).tolist() == [0, 1, 1, 2] and cdiv(9, 4) == 3
 
 

@@ -3,14 +3,19 @@
 `swapped(exercises, path)` is a context manager for this process; `apply_from_env()` does the same
 for good in a process started with `$MINISGL_EXERCISES` set (a JSON map {exercise id: file}), which
 `minisgl_edu/__init__.py` calls at import: that is how TP ranks and server workers get your code.
+`patched(target, (old, new), ...)` builds a deliberately wrong twin of a library function from a
+few edits of its source (how tests/exercise_mutants/ write the mistakes each grader must catch).
 """
 from __future__ import annotations
 
+import __future__
 import ast
 import importlib
 import importlib.util
 import inspect
+import itertools
 import json
+import linecache
 import os
 import sys
 import textwrap
@@ -20,6 +25,7 @@ from . import NotAttempted
 from .registry import Exercise, by_id, build_exercises
 
 ENV = "MINISGL_EXERCISES"
+_PATCHES = itertools.count()  # numbers the source of each patched twin (see patched)
 
 
 def load_file(path: str):
@@ -57,6 +63,37 @@ def _resolve(target: str):
 def _import(ref: str):
     mod_name, attr = ref.split(":")
     return getattr(importlib.import_module(mod_name), attr)
+
+
+def patched(target: str, *edits: tuple[str, str], calls: tuple[str, ...] = ()):
+    """The library's `target` ("module:Attr.path") rebuilt from its source with each (old, new) text edit.
+
+    Each `old` must occur exactly once (as written in the library file), so a library change cannot
+    silently turn the mistake off. `calls`: module functions the target calls, rebuilt with it (an
+    edit may fall in them: the rebuilt target calls the rebuilt ones). Globals stay the module's live
+    ones (tp._TP is set after import), and the module itself is left as it was."""
+    owner, attr = _resolve(target)
+    fn = owner.__dict__[attr] if isinstance(owner, type) else getattr(owner, attr)
+    g = fn.__globals__
+    parts = [(c, g[c]) for c in calls] + [(target.split(":")[1], fn)]
+    for name, f in parts:
+        if f.__qualname__ != name:  # e.g. an exercise swapped in: edits are of the library's own code
+            raise ValueError(f"{target}: {name} is {f.__qualname__} now, not the library's")
+    sources = [inspect.getsource(f) for _, f in parts]
+    for old, new in edits:
+        hits = sum(s.count(old) for s in sources)
+        if hits != 1:
+            raise ValueError(f"{target}: {old!r} occurs {hits} times in the library's source, not once")
+        sources = [s.replace(old, new) for s in sources]
+    # one factory function: the rebuilt `calls` are its locals, so the rebuilt target (and their own
+    # recursion) finds them, while every other name is the module's global
+    body = "".join(textwrap.indent(textwrap.dedent(s), "    ") for s in sources)
+    src = f"def _make():\n{body}    return {fn.__name__}\n"
+    filename = f"<{target}, patch {next(_PATCHES)}>"  # one name per twin: two twins of one target differ
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # tracebacks show the lines
+    scope: dict = {}
+    exec(compile(src, filename, "exec", flags=__future__.annotations.compiler_flag, dont_inherit=True), g, scope)
+    return scope["_make"]()
 
 
 def replacements(ex: Exercise, module) -> list[tuple[object, str, object]]:

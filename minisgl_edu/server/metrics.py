@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from itertools import islice
 from dataclasses import dataclass, field
 
 # bucket upper bounds (seconds), close to vLLM's
@@ -152,20 +153,27 @@ class SchedulerCounters:
     hits: int = 0
     steps: dict[str, Histogram] = field(default_factory=dict)
     prefill_tokens: int = 0  # tokens extended by prefill steps (StatsReply)
-    seen_steps: int = 0  # how many of sched.stats were counted
+    seen_steps: int = 0  # steps launched, ever, that were counted
+    cleared_steps: int = 0  # steps this object cleared from a plain-list sched.stats
     next_send: float = 0.0
 
     def observe_step(self, sched, seconds: float) -> None:
-        """One loop step took `seconds`; attribute it to the phase of the batch it launched (if any)."""
-        new = sched.stats[self.seen_steps:]
+        """One loop step took `seconds`; attribute it to the phase of the batch it launched (if any).
+
+        sched.stats holds the latest steps' StepStats: today a list that only grows, so it is cleared here;
+        a bounded deque with a `steps_done` count (every step launched) needs no clearing."""
+        stats = sched.stats
+        done = getattr(sched, "steps_done", self.cleared_steps + len(stats))
+        new = list(islice(reversed(stats), done - self.seen_steps))[::-1]  # the newest, without copying all
         for s in new:
             self.hits += s.cache_hit_tokens
             self.prefill_tokens += s.tokens - s.decode_rows  # a mixed step's prompt tokens count too
         if new:
             self.steps.setdefault(new[-1].phase, Histogram(STEP_BUCKETS)).observe(seconds)
-        if sched.tracer is None:  # only the step trace reads the list again (its length): keep it from growing
-            sched.stats.clear()
-        self.seen_steps = len(sched.stats)
+        self.seen_steps = done
+        if isinstance(stats, list) and sched.tracer is None:  # the step trace numbers steps by len(stats): kept then
+            self.cleared_steps += len(stats)
+            stats.clear()
 
     def message(self, sched):
         from ..messages import SchedulerStats

@@ -8,7 +8,6 @@ blocks on mail (with a timeout, so shutdown is noticed) only while the scheduler
 from __future__ import annotations
 
 import logging
-import os
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -16,7 +15,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .. import tp
-from ..config import SchedulerConfig, ServerConfig
+from ..config import SchedulerConfig, ServerConfig, host_threads_for
 from ..messages import (AbortMsg, BatchRecord, BatchTokenizerMsg, DetokenizeMsg, ExitMsg, RankReport, RecordMsg,
                         ReportMsg, StatsMsg, StatsReply, TokenColumns, UserMsg, decode, unbatch)
 from ..scheduler import Scheduler, build_scheduler
@@ -137,10 +136,8 @@ def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid:
     name = f"scheduler-rank{rank}"
     setup_child(name, parent_pid)
     try:
-        if cfg.device == "cpu":
-            # ranks share the cores, and one is left to the API and tokenizers: oversubscribed torch threads
-            # spin-wait on each other (on 2 busy cores, 2 threads decode ~9x slower than 1)
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // cfg.tp - 1))
+        if (threads := host_threads_for(cfg, torch.device(cfg.device).type, rank_process=True)) is not None:
+            torch.set_num_threads(threads)  # the rule and its why: config.host_threads_for
         device = f"cuda:{rank}" if torch.device(cfg.device).type == "cuda" else cfg.device
         tp.init_distributed(rank, cfg.tp, device, addrs.tp_init, cfg.tp_timeout_s)
         # every rank takes the same steps: rank 0's step trace stands for all

@@ -2,8 +2,9 @@
 
 EXPECT: the window moves to
 """
-from __future__ import annotations
 
+from minisgl_edu.exercises.swap import patched
 
-def complete_one(self) -> None:
-    self.device_len += 1
+complete_one = patched("minisgl_edu.req:Req.complete_one",
+    ('self.cached_len = self.device_len',
+     'pass'))

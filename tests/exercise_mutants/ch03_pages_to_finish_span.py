@@ -2,13 +2,9 @@
 
 EXPECT: already owned
 """
-from __future__ import annotations
 
-import torch
+from minisgl_edu.exercises.swap import patched
 
-from minisgl_edu.paging import cdiv
-from minisgl_edu.prefill import pages_to_finish
-
-
-def pages_to_finish(req, page_size):  # noqa: F811
-    return cdiv(req.max_device_len - req.cached_len, page_size)
+pages_to_finish = patched("minisgl_edu.prefill:pages_to_finish",
+    ('cdiv(req.max_device_len, page_size) - cdiv(req.cached_len, page_size)',
+     'cdiv(req.max_device_len - req.cached_len, page_size)'))

@@ -2,20 +2,13 @@
 
 EXPECT: before `start`
 """
-from __future__ import annotations
 
 import torch
 
-from minisgl_edu.paging import cdiv
+from minisgl_edu.exercises.swap import patched
+
+pages_of = patched("minisgl_edu.paging:PagePool.pages_of", ('start = req.matched_len if start is None else start', 'start = 0'))
 
 
-def free_tail(self, req, start: int, in_step: bool = False) -> None:
-    """PagePool.free_tail: give back the request's own pages from position `start` (page-aligned)
-    through its partial last page, with self.free(locs). self.free takes the slot locations of whole
-    pages from a page boundary: the page-table entries of those positions. Between steps the
-    request's positions end at cached_len; `in_step` (after assign_locations, before complete_one)
-    they end at device_len."""
-    ps = self.page_size
-    end = cdiv(req.device_len if in_step else req.cached_len, ps) * ps  # include the partial last page
-    if end > start:
-        self.free(self.page_table[req.table_idx, 0:end])
+def free_tail(self, req, start: int, in_step: bool = False) -> None:  # the library's, with the wrong pages_of
+    self.free_pages = torch.cat([self.free_pages, pages_of(self, req, start, in_step)])
