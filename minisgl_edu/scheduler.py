@@ -58,7 +58,8 @@ class Scheduler:
         self.in_flight = None  # overlap: (batch, tokens on their way to the host, copy-done event)
         self.deferred_rows: list[int] = []  # overlap: rows of requests the in-flight step still writes
         self.stream = torch.cuda.Stream(engine.device) if cuda and self.overlap else None  # the scheduler stream
-        self.stats: list[StepStats] = []
+        self.stats: list[StepStats] | deque[StepStats] = []  # a server rank keeps only the latest (a bounded deque)
+        self.steps_done = 0  # every step launched, however many `stats` keeps
         self.tracer = tracer  # a trace.Tracer: per-step spans for Perfetto, or None
 
     # ---- receive -------------------------------------------------------------------------------
@@ -126,6 +127,7 @@ class Scheduler:
     def launch(self, batch: Batch) -> torch.Tensor:
         """Assign KV slots, run the forward, and advance every ledger as if the token were known."""
         self.stats.append(StepStats.of(batch))
+        self.steps_done += 1
         batch.out_loc = self.pool.assign_locations(batch.reqs)
         tokens = self.engine.forward(batch, wait=False) if self.overlap else self.engine.forward(batch)
         for req in batch.reqs:

@@ -109,7 +109,7 @@ class Tracer:
         with self.span("schedule") as args:
             batch = schedule()
             if batch is not None:  # not launched yet: its stats come next
-                args.update(step=len(sched.stats), **asdict(StepStats.of(batch)))
+                args.update(step=sched.steps_done, **asdict(StepStats.of(batch)))
         return batch
 
     def _launch(self, sched, launch, batch):
@@ -118,7 +118,7 @@ class Tracer:
             engine.timeline = Timeline(engine.device, maxlen=1)
         with self.span("launch") as args:
             tokens = launch(batch)
-            args.update(step=len(sched.stats) - 1, **asdict(sched.stats[-1]))
+            args.update(step=sched.steps_done - 1, **asdict(sched.stats[-1]))
         self._pending.append((engine.timeline, engine.timeline.entries[-1], dict(args)))
         self._step_args[id(batch)] = args  # the overlap loop processes step N after launching N+1
         self.flush()

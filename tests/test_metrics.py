@@ -119,28 +119,32 @@ def test_histogram_exports_as_prometheus_clients_own():
 
 
 def test_scheduler_counters_count_each_step_once_list_or_bounded_deque():
-    """observe_step counts every launched step once, from today's plain Scheduler.stats list (cleared as it is
-    counted, kept whole while a step trace numbers steps by its length) or from a bounded deque that a
-    `steps_done` count goes with (never cleared): the cache hits and each step's phase agree."""
+    """observe_step counts every launched step once through `steps_done`, from the offline plain list or a
+    server rank's bounded deque (which has dropped old steps): the cache hits and each step's phase agree.
+    The wrong count (a deque's length instead of steps_done) is kept below and caught."""
     from collections import deque
     from types import SimpleNamespace
 
     from minisgl_edu.server.metrics import SchedulerCounters
     from minisgl_edu.trace import StepStats
-    steps = [StepStats("prefill", 2, 30, 8), None, StepStats("decode", 2, 2, 0), StepStats("prefill", 1, 5, 4)]
-    for stats, tracer, kept in (([], None, 0), ([], "a tracer", 3), (deque(maxlen=2), None, 2)):
-        sched = SimpleNamespace(stats=stats, tracer=tracer)
-        if isinstance(stats, deque):
-            sched.steps_done = 0
-        c = SchedulerCounters()
+    steps = [StepStats("prefill", 2, 30, 8), None, StepStats("decode", 2, 2, 0, 2), StepStats("prefill", 1, 5, 4),
+             StepStats("mixed", 3, 7, 0, 2)]
+
+    def count(stats, done=lambda s: s.steps_done):
+        sched, c = SimpleNamespace(stats=stats, steps_done=0), SchedulerCounters()
         for st in steps:  # None: a loop step that launched nothing
             if st is not None:
                 stats.append(st)
-                if isinstance(stats, deque):
-                    sched.steps_done += 1
-            c.observe_step(sched, 0.01)
-        assert (c.hits, len(stats)) == (12, kept), (type(stats), tracer)
-        assert {p: sum(h.counts) for p, h in c.steps.items()} == {"prefill": 2, "decode": 1}
+                sched.steps_done += 1
+            sched_view = SimpleNamespace(stats=stats, steps_done=done(sched))
+            c.observe_step(sched_view, 0.01)
+        return c
+    for stats in ([], deque(maxlen=2)):
+        c = count(stats)
+        assert c.hits == 12 and c.prefill_tokens == 30 + 5 + (7 - 2), type(stats)  # decode rows are no prompt
+        assert {p: sum(h.counts) for p, h in c.steps.items()} == {"prefill": 2, "decode": 1, "mixed": 1}
+    wrong = count(deque(maxlen=2), done=lambda s: len(s.stats))  # stops counting once the deque is full
+    assert wrong.hits != 12
 
 
 def test_server_metrics_count_what_the_replies_say():

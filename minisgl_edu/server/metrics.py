@@ -154,26 +154,18 @@ class SchedulerCounters:
     steps: dict[str, Histogram] = field(default_factory=dict)
     prefill_tokens: int = 0  # tokens extended by prefill steps (StatsReply)
     seen_steps: int = 0  # steps launched, ever, that were counted
-    cleared_steps: int = 0  # steps this object cleared from a plain-list sched.stats
     next_send: float = 0.0
 
     def observe_step(self, sched, seconds: float) -> None:
         """One loop step took `seconds`; attribute it to the phase of the batch it launched (if any).
-
-        sched.stats holds the latest steps' StepStats: today a list that only grows, so it is cleared here;
-        a bounded deque with a `steps_done` count (every step launched) needs no clearing."""
-        stats = sched.stats
-        done = getattr(sched, "steps_done", self.cleared_steps + len(stats))
-        new = list(islice(reversed(stats), done - self.seen_steps))[::-1]  # the newest, without copying all
+        sched.stats keeps the latest steps (a bounded deque in a server rank); steps_done counts them all."""
+        new = list(islice(reversed(sched.stats), sched.steps_done - self.seen_steps))[::-1]  # no copy of them all
         for s in new:
             self.hits += s.cache_hit_tokens
             self.prefill_tokens += s.tokens - s.decode_rows  # a mixed step's prompt tokens count too
         if new:
             self.steps.setdefault(new[-1].phase, Histogram(STEP_BUCKETS)).observe(seconds)
-        self.seen_steps = done
-        if isinstance(stats, list) and sched.tracer is None:  # the step trace numbers steps by len(stats): kept then
-            self.cleared_steps += len(stats)
-            stats.clear()
+        self.seen_steps = sched.steps_done
 
     def message(self, sched):
         from ..messages import SchedulerStats

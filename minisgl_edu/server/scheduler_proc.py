@@ -7,6 +7,8 @@ blocks on mail (with a timeout, so shutdown is noticed) only while the scheduler
 """
 from __future__ import annotations
 
+from collections import deque
+
 import logging
 import time
 from contextlib import nullcontext
@@ -142,6 +144,7 @@ def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid:
         tp.init_distributed(rank, cfg.tp, device, addrs.tp_init, cfg.tp_timeout_s)
         # every rank takes the same steps: rank 0's step trace stands for all
         sched = build_scheduler(replace(cfg, device=device, trace=cfg.trace if rank == 0 else None))
+        sched.stats = deque(maxlen=256)  # a server runs for days: the latest steps only (steps_done counts all)
         io = RankIO(rank, cfg.tp, addrs, cfg.forward_lag_s)
         io.wait_for_ranks()
     except BaseException as e:  # the launcher (or LLM) names this rank, with the traceback
@@ -254,6 +257,6 @@ def stats(sched, uid: int, counters: SchedulerCounters) -> StatsReply:
             integrity = "ok"
         except AssertionError as e:
             integrity = f"failed: {e}"
-    pool = sched.pool  # the counters, not sched.stats: that list is cleared as it is counted
+    pool = sched.pool  # the counters, not sched.stats: that deque keeps only the latest steps
     return StatsReply(uid, pool.num_pages, pool.num_free_pages, sched.cache.size // pool.page_size, len(sched.live),
                       integrity, counters.prefill_tokens, counters.hits)
