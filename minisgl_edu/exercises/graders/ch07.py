@@ -10,8 +10,9 @@ from ..swap import swapped
 from . import call, prop
 
 HINTS = {
-    "cu_seqlens_q": "0, then prefix sums of extend_len (1 per padding lane)",
-    "cu_seqlens_k": "0, then prefix sums of device_len (1 per padding lane)",
+    "cu_seqlens_q": "0, then prefix sums of extend_len (1 per padding lane; with padded_tokens the last padding "
+                    "lane takes the slack, so the last entry is padded_tokens)",
+    "cu_seqlens_k": "0, then prefix sums of device_len (1 per padding lane, the slack lane 1 + the slack)",
     "seq_lens_k": "device_len per lane (1 per padding lane)",
     "kv_indices": "each lane's page-table row at positions 0..device_len-1; the dummy row for a padding lane",
     "last_page_len": "all ones: every page holds one token for the kernel",
@@ -19,7 +20,7 @@ HINTS = {
 }
 
 batches = st.tuples(st.sampled_from([1, 2, 4]), st.lists(st.tuples(st.integers(0, 20), st.integers(1, 9)),
-                                                         min_size=0, max_size=4), st.integers(0, 8))
+                                                         min_size=0, max_size=4), st.integers(0, 8), st.integers(0, 12))
 
 
 def grade_kernel_args(ex, path, module) -> None:
@@ -30,7 +31,7 @@ def grade_kernel_args(ex, path, module) -> None:
     from ...req import Req, SamplingParams
 
     def check(x):
-        ps, ledgers, padded = x
+        ps, ledgers, padded, slack = x
         pool = PagePool(64, ps, 4, 64, torch.device("cpu"))
         reqs = []
         for i, (cached, ext) in enumerate(ledgers):
@@ -40,10 +41,12 @@ def grade_kernel_args(ex, path, module) -> None:
             r.cached_len = cached
             reqs.append(r)
         padded = padded if padded >= len(reqs) else 0
+        # a prefill graph's token capacity: every lane's query tokens and `slack` more (only with a padding lane)
+        tokens = sum(r.extend_len for r in reqs) + padded - len(reqs) + slack if slack and padded > len(reqs) else 0
         desc = (f"page_size {ps}, requests (cached_len, device_len) "
-                f"{[(r.cached_len, r.device_len) for r in reqs]}, padded_size {padded}")
-        want = library(reqs, pool, padded)
-        got = call("kernel_args", module.kernel_args, reqs, pool, padded, on=desc)
+                f"{[(r.cached_len, r.device_len) for r in reqs]}, padded_size {padded}, padded_tokens {tokens}")
+        want = library(reqs, pool, padded, tokens)
+        got = call("kernel_args", module.kernel_args, reqs, pool, padded, tokens, on=desc)
         for name, hint in HINTS.items():
             a, b = getattr(got, name, None), getattr(want, name)
             a = a.tolist() if hasattr(a, "tolist") else a
@@ -51,7 +54,8 @@ def grade_kernel_args(ex, path, module) -> None:
             if a != b:
                 raise Wrong(f"{desc}: your {name} is {a}; it should be {b} ({hint})")
 
-    prop(batches, check, 80, explicit=((4, [(5, 2), (0, 3)], 0), (1, [(3, 1), (6, 1)], 4)))
+    prop(batches, check, 80, explicit=((4, [(5, 2), (0, 3)], 0, 0), (1, [(3, 1), (6, 1)], 4, 0),
+                                       (1, [(0, 5)], 2, 7)))
     with swapped([ex], lambda e: path):
         for case in STANDARD_CASES[:2]:
             compare(case, "kernel_args")

@@ -19,7 +19,7 @@ from minisgl_edu.paging import PagePool
 from minisgl_edu.req import Req
 
 
-def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0) -> KernelArgs:
+def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0, padded_tokens: int = 0) -> KernelArgs:
     """Translate the ledgers of `reqs` (plus padding lanes up to `padded_size`) into kernel arguments.
 
     For B lanes (the requests, then max(0, padded_size - len(reqs)) padding lanes):
@@ -29,5 +29,8 @@ def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0) -> Kernel
       kv_indices   [cu_seqlens_k[-1]] int32: for each lane, its page-table row's entries at positions
                    0 .. device_len-1 (a padding lane uses the dummy row, pool.dummy_row);
       last_page_len [B] int32: all ones (the kernel sees pages of one token);
-      num_padding: the number of padding lanes."""
+      num_padding: the number of padding lanes.
+    With padded_tokens > 0 and at least one padding lane (a prefill graph, graphs.py), the last padding lane
+    takes the slack: its query tokens and its keys grow by padded_tokens - (all lanes' query tokens), so the
+    query tokens sum to exactly padded_tokens."""
     raise NotAttempted  # your code here
