@@ -32,7 +32,7 @@ def grade_kernel_args(ex, path, module) -> None:
 
     def check(x):
         ps, ledgers, padded, slack = x
-        pool = PagePool(64, ps, 4, 64, torch.device("cpu"))
+        pool = PagePool(128, ps, 4, 64, torch.device("cpu"))  # 4 requests of up to 29 tokens fit at page size 1
         reqs = []
         for i, (cached, ext) in enumerate(ledgers):
             r = Req(i, [1] * 40, SamplingParams(max_tokens=1))
