@@ -5,7 +5,6 @@ wrapper); every layer runs it over a page_size-1 view of the KV pool the referen
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,9 +39,6 @@ class FlashInferBackend(AttentionBackend):
         self.workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=dev)
         self.prefill_workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=dev)
         self.use_tensor_cores = num_q_heads // self.kv_heads not in CUDA_CORE_GROUP_SIZES
-        # an experiment (issue 16): decode graphs of at most this many requests plan without split-KV (no merge
-        # kernel), through the tensor-core kernel, the one whose planner can be told so; 0: off
-        self.no_split_max_bs = int(os.environ.get("MINISGL_DECODE_NO_SPLIT_BS", "0"))
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.prefill_workspace, "NHD", backend="fa2")
         self.decode_wrapper = self._decode_wrapper()
         self.graph_wrappers: dict[tuple[int, int], Any] = {}  # a graph's (batch size, tokens) -> its wrapper (graphs.py)
@@ -55,8 +51,7 @@ class FlashInferBackend(AttentionBackend):
         graph = dict(use_cuda_graph=True, paged_kv_indptr_buffer=torch.zeros(bs + 1, dtype=torch.int32, device=dev),
                      paged_kv_indices_buffer=indices_buf,
                      paged_kv_last_page_len_buffer=torch.ones(bs, dtype=torch.int32, device=dev)) if bs else {}
-        tensor_cores = self.use_tensor_cores or 0 < bs <= self.no_split_max_bs
-        return self.fi.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=tensor_cores,
+        return self.fi.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=self.use_tensor_cores,
                                                           backend="fa2", **graph)
 
     def _prefill_graph_wrapper(self, lanes: int, indices_buf: torch.Tensor):
@@ -92,7 +87,6 @@ class FlashInferBackend(AttentionBackend):
 
     def _plan_decode(self, args: KernelArgs, w):
         w.plan(args.cu_seqlens_k, args.kv_indices, args.last_page_len, head_dim=self.head_dim, seq_lens=args.seq_lens_k,
-               disable_split_kv=w is not self.decode_wrapper and len(args.seq_lens_k) <= self.no_split_max_bs,
                num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=1, q_data_type=self.dtype,
                kv_data_type=self.dtype, non_blocking=True)
         return w
