@@ -50,6 +50,8 @@ class Scheduler:
         self.max_prefill_tokens = cfg.max_prefill_tokens or (16384 if cuda else 8192)
         self.overlap = cuda if cfg.overlap is None else cfg.overlap
         self.mixed_chunk = cuda if cfg.mixed_chunk is None else cfg.mixed_chunk
+        # a smaller budget while requests decode: shorter mixed steps (a lower ITL tail), more of them (a later first token)
+        self.mixed_prefill_tokens = min(cfg.mixed_prefill_tokens or self.max_prefill_tokens, self.max_prefill_tokens)
         self.eos = set(eos_token_ids)
         engine.eos_token_ids = tuple(self.eos)  # min_tokens masks them in the sampler
         self.pending: deque[Req] = deque()  # waiting for admission; a chunked request sits in front
@@ -107,7 +109,8 @@ class Scheduler:
     def schedule(self) -> Batch | None:
         # only admission needs the reserved size: skip the sum over every running request otherwise
         reserved = sum(pages_to_finish(r, self.page_size) for r in self.running) if self.pending else 0
-        adder = PrefillAdder(self.max_prefill_tokens, reserved, self.pool, self.cache)
+        mixed = self.mixed_chunk and self.running
+        adder = PrefillAdder(self.mixed_prefill_tokens if mixed else self.max_prefill_tokens, reserved, self.pool, self.cache)
         for req in self.pending:
             if not adder.try_add(req):
                 break
@@ -116,7 +119,7 @@ class Scheduler:
                 self.pending.remove(req)
             if adder.added[-1].is_chunked:  # it comes back first next step
                 self.pending.appendleft(adder.added[-1])
-            if self.mixed_chunk and self.running:  # their next tokens ride along (their pages are reserved already)
+            if mixed:  # their next tokens ride along (their pages are reserved already)
                 return Batch(self.running + adder.added, "prefill", decode_rows=len(self.running))
             return Batch(adder.added, "prefill")  # the running requests wait a step
         if self.pending and not self.running and self.in_flight is None:

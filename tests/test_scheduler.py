@@ -91,6 +91,21 @@ def test_mixed_chunk_equals_prefill_first(path, ps, budget, overlap):
     assert gaps[True] == 0 < gaps[False]
 
 
+def test_mixed_prefill_tokens_caps_the_steps_decode_rows_ride_in(path):
+    """With --mixed-prefill-tokens 8 every mixed step extends at most 8 prompt tokens (a prefill step with nothing
+    running keeps the full budget), long prompts are chunked across mixed steps, and the tokens do not change."""
+    prompts, outs = sorted(mixed_prompts(), key=len, reverse=True), {}  # the first: 64 tokens, nothing decoding
+    for cap in (None, 8):
+        llm = tiny_llm(path, max_prefill_tokens=64, mixed_chunk=True, mixed_prefill_tokens=cap)
+        outs[cap], _ = staggered(llm.scheduler, prompts)
+        stats = llm.scheduler.stats
+        mixed = [st.tokens - st.decode_rows for st in stats if st.phase == "mixed"]
+        assert mixed and max(mixed) <= (8 if cap else 64)
+        assert_clean(llm)
+    assert stats[0].phase == "prefill" and stats[0].tokens == 64  # the first step: nothing decodes yet
+    assert outs[8] == outs[None]
+
+
 def test_overlap_stops_on_eos_like_normal(path):
     prompts = mixed_prompts(1)
     ref = run(tiny_llm(path).scheduler, prompts)
