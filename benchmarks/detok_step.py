@@ -2,6 +2,7 @@
 
     python benchmarks/detok_step.py                 # the paths side by side, microseconds per token
     python benchmarks/detok_step.py --profile       # plus cProfile of each path (top functions)
+    python benchmarks/detok_step.py --no-text       # as --skip-tokenizer-init (ids in, ids out)
 
 The workload: B = 256 live requests, `steps` scheduler steps of one token each (ids drawn from real text
 with CJK and emoji, and uniformly from the vocabulary), requests finishing at random lengths and new ones
@@ -81,14 +82,15 @@ def path_columns(tok, states, raws):
                                                    False)))
 
 
-def texts_of(outputs: list[bytes]) -> dict[int, str]:
-    """Each request's text as the API would assemble it."""
+def texts_of(outputs: list[bytes]) -> dict[int, tuple[str, list[int]]]:
+    """Each request's text (and token ids, --skip-tokenizer-init) as the API would assemble them."""
     from minisgl_edu.messages import UserReply, decode, unbatch_rows
-    text: dict[int, str] = {}
+    text: dict[int, tuple[str, list[int]]] = {}
     for raw in outputs:
         for r in unbatch_rows(decode(raw)):
             if isinstance(r, UserReply):
-                text[r.uid] = text.get(r.uid, "") + r.incremental_output
+                t, ids = text.get(r.uid, ("", []))
+                text[r.uid] = (t + r.incremental_output, ids + (r.output_ids or []))
     return text
 
 
@@ -107,6 +109,7 @@ def main() -> None:
     ap.add_argument("--per-wake", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--no-text", action="store_true", help="as --skip-tokenizer-init: token ids in, token ids out")
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -114,6 +117,7 @@ def main() -> None:
     from minisgl_edu.default_model import default_model_path
     tok = AutoTokenizer.from_pretrained(default_model_path())
     steps = workload(tok, args.batch, args.steps)
+    tok = None if args.no_text else tok
     n = sum(len(s) for s in steps)
     paths = {"naive": (path_naive, wire(steps, False, args.per_wake)),
              "expanded": (path_expanded, wire(steps, True, args.per_wake))}
@@ -130,7 +134,8 @@ def main() -> None:
             texts[name] = texts_of(outs)
     assert all(t == texts["naive"] for t in texts.values()), "the paths disagree on some request's text"
     print(f"{n} tokens, B={args.batch}, {args.steps} steps, {args.per_wake} steps per wake-up, {os.cpu_count()} "
-          f"cores; us per token, median (range) over {args.repeats}:")
+          f"cores{', no text (--skip-tokenizer-init)' if args.no_text else ''}; "
+          f"us per token, median (range) over {args.repeats}:")
     for (name, par), ts in times.items():
         wall, cpu = ([1e6 * t[i] / n for t in ts] for i in (0, 1))
         print(f"  {name:9s} parallel={par:5s}  wall {statistics.median(wall):6.2f} ({min(wall):.2f}-{max(wall):.2f})"

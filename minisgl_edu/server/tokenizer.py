@@ -9,6 +9,7 @@ With `--skip-tokenizer-init` the detokenizer forwards the ids themselves (`UserR
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 
 from ..messages import (BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ExitMsg, ReplyColumns, SchedulerStats,
@@ -30,6 +31,7 @@ def tokenize_worker(tokenizer_id: int, cfg: ServerConfig, addrs: Addresses, pare
     try:
         import torch
         torch.set_num_threads(1)  # the engine needs the cores; tokenizing is light
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # a step's decode_batch is ~0.5 ms: no rayon pool to wake per call
         tok = None
         if not cfg.skip_tokenizer_init:
             from transformers import AutoTokenizer
