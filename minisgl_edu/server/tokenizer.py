@@ -31,7 +31,7 @@ def tokenize_worker(tokenizer_id: int, cfg: ServerConfig, addrs: Addresses, pare
     try:
         import torch
         torch.set_num_threads(1)  # the engine needs the cores; tokenizing is light
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # a step's decode_batch is ~0.5 ms: no rayon pool to wake per call
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # a step's decode_batch is ~0.5 ms: no rayon pool per call
         tok = None
         if not cfg.skip_tokenizer_init:
             from transformers import AutoTokenizer
