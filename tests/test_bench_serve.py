@@ -29,7 +29,7 @@ from minisgl_edu.bench_serve import (BenchRequest, parse_args, parse_sse_line, r
 from minisgl_edu.messages import UserReply
 from minisgl_edu.server.api import merge_replies
 from minisgl_edu.server.tokenizer import (DecodeState, batch_decoder, detokenize_batch, detokenize_next,
-                                          detokenize_step)
+                                          detokenize_step, detokenize_wake)
 
 
 # ---- datasets ------------------------------------------------------------------------------------
@@ -112,18 +112,24 @@ def test_coalesced_replies_equal_the_replies_one_by_one():
     assert ids.output_ids == [5, 6, 7]
 
 
-def reply_path(tokenizer, steps: list[list], fast: bool) -> list[tuple]:
+def reply_path(tokenizer, steps: list[list], fast: bool, expand: bool = False, wake=detokenize_wake) -> list[tuple]:
     """Each step's TokenOutputs through the scheduler's, the detokenizer's and the API's message code (encoded and
-    decoded at both hops, two steps per detokenizer batch); the replies the API would queue, per uid in order."""
-    from minisgl_edu.messages import BatchFrontendMsg, BatchTokenizerMsg, decode, encode, reply_columns, unbatch_rows
+    decoded at both hops, two steps per detokenizer batch); the replies the API would queue, per uid in order.
+    `expand`: the detokenizer as it was before columns went through it (each token a DetokenizeMsg and a UserReply)."""
+    from minisgl_edu.messages import (BatchFrontendMsg, BatchTokenizerMsg, decode, encode, reply_columns, unbatch,
+                                      unbatch_rows)
     from minisgl_edu.server.scheduler_proc import token_replies
     states, out = {}, []
     for pair in (steps[i:i + 2] for i in range(0, len(steps), 2)):
-        msgs = [m for outs in pair for m in unbatch_rows(decode(encode(BatchTokenizerMsg(token_replies(outs, fast)))))]
-        replies = detokenize_step(tokenizer, states, msgs, not fast)
-        wire = BatchFrontendMsg(reply_columns(replies) if fast else replies)
+        raws = [encode(BatchTokenizerMsg(token_replies(outs, fast))) for outs in pair]
+        if expand:
+            msgs = [m for raw in raws for m in unbatch_rows(decode(raw))]
+            wire = BatchFrontendMsg(reply_columns(detokenize_step(tokenizer, states, msgs, False)))
+        else:  # the detokenizer's own function, as its loop calls it
+            wire = BatchFrontendMsg(wake(tokenizer, states, [m for r in raws for m in unbatch(decode(r))], not fast))
         out += [(r.uid, r.incremental_output, r.completion_tokens, r.finished, r.finish_reason, r.output_ids,
-                 r.warning, r.prompt_tokens if r.finished else None) for r in unbatch_rows(decode(encode(wire)))]
+                 r.warning, r.logprobs, r.error, r.prompt_tokens if r.finished else None)
+                for r in unbatch_rows(decode(encode(wire)))]
     return sorted(out, key=lambda r: r[0])  # each uid's order as sent (a stable sort): requests' queues are apart
 
 
@@ -147,6 +153,66 @@ def test_columns_on_the_reply_path_equal_one_message_per_token(tokenizer):
     cols = reply_columns(mixed)  # uid 1's third reply must not overtake its second
     assert isinstance(cols[0], ReplyColumns) and cols[0].uids == [1, 2]
     assert [r.incremental_output for r in cols[0].rows() + cols[1:] if r.uid == 1] == ["a", "b", "d"]
+
+
+def random_stream(tokenizer, seed: int, live: int = 12, steps: int = 40) -> list[list]:
+    """Steps of TokenOutputs: ids from text whose characters span tokens (emoji, CJK) and from the whole vocabulary,
+    requests finishing at random lengths (new ones take their place), some with logprobs or a clamped first token."""
+    from minisgl_edu.scheduler import TokenOutput
+    rng = random.Random(seed)
+    pool = tokenizer.encode("東京 (日本語) 🙂🚀 déjà vu — 北京欢迎你 ✨ 한국어")
+    left = {uid: rng.randint(1, 15) for uid in range(live)}
+    first, out, next_uid = set(), [], live
+    for _ in range(steps):
+        step = []
+        for uid in list(left):
+            left[uid] -= 1
+            fin = left[uid] == 0
+            lp = (-0.5, [pool[0], 7], [-0.5, -2.0]) if uid % 5 == 1 and rng.random() < 0.3 else None
+            t = rng.choice(pool) if rng.random() < 0.7 else rng.randrange(tokenizer.vocab_size)
+            step.append(TokenOutput(uid, t, fin, rng.choice(["stop", "length"]) if fin else None, lp, 9,
+                                    clamped=uid % 4 == 3 and uid not in first))
+            first.add(uid)
+            if fin:
+                del left[uid]
+                left[next_uid], next_uid = rng.randint(1, 15), next_uid + 1  # uids are never reused
+        out.append(step)
+    return out
+
+
+def columns_first(tok, states, msgs, naive):
+    """A wrong detokenizer that the test below must catch: a wake-up's TokenColumns before its DetokenizeMsgs."""
+    from minisgl_edu.messages import TokenColumns
+    cols = [m for m in msgs if isinstance(m, TokenColumns)]
+    return detokenize_wake(tok, states, cols + [m for m in msgs if not isinstance(m, TokenColumns)], naive)
+
+
+def test_detokenizer_columns_equal_the_per_token_twin_on_a_random_stream(tokenizer):
+    """A step's TokenColumns straight to ReplyColumns (no object per token) gives every request the same replies,
+    in order, as the per-token twin (--naive-stream) and as the columns expanded into messages; two steps per
+    wake-up, so one uid's tokens of two steps meet in one batch (also across a clamped or logprob token)."""
+    from minisgl_edu.messages import DetokenizeMsg, ReplyColumns, TokenColumns
+    for seed in range(3):
+        steps = random_stream(tokenizer, seed)
+        naive, fast = reply_path(tokenizer, steps, False), reply_path(tokenizer, steps, True)
+        assert fast == naive and reply_path(tokenizer, steps, True, expand=True) == naive
+        text = {}
+        for r in naive:
+            text[r[0]] = text.get(r[0], "") + r[1]
+        for uid, ids in ((o.uid, [x.token_id for s in steps for x in s if x.uid == o.uid]) for s in steps for o in s
+                         if o.finished):  # a finished request's text is its tokens' text, whole characters
+            assert text[uid] == tokenizer.decode(ids, skip_special_tokens=True)
+        assert reply_path(None, steps, True) == reply_path(None, steps, False)  # --skip-tokenizer-init: the ids
+        assert reply_path(tokenizer, steps, True, wake=columns_first) != naive  # a uid's tokens out of order
+    assert any("\ufffd" not in t and len(t.encode()) > len(t) for t in text.values())  # multi-byte text did pass
+    smile = tokenizer.encode("🙂")
+    assert len(smile) == 2  # two tokens, half a character each
+    msgs = [TokenColumns([1, 2], [smile[0], smile[0]]), DetokenizeMsg(1, smile[1], True, "stop", 3),
+            TokenColumns([2], [smile[1]])]
+    out = detokenize_wake(tokenizer, {}, msgs, False)  # columns stay columns, in the order they came
+    assert [type(m) for m in out] == [ReplyColumns, UserReply, ReplyColumns]
+    assert out[0].texts == ["", ""] and out[1].incremental_output == "🙂" and out[2].texts == ["🙂"]
+    assert (out[0].completion_tokens, out[1].completion_tokens, out[2].completion_tokens) == ([1, 1], 2, [2])
 
 
 def test_sse_chunk_templates_equal_the_encoded_bodies():

@@ -2,16 +2,19 @@
 
 `tokenize_worker(tokenizer_id, ...)` is the detokenizer when `tokenizer_id == num_tokenizers`, else a
 tokenizer. Why the detokenizer holds back a half character is chapter 1's; `detokenize_batch` (one
-Rust `decode_batch` per step) and its per-token twin `detokenize_next` (`--naive-stream`) chapter 9's.
+Rust `decode_batch` per step), `detokenize_columns` (a step's TokenColumns to its ReplyColumns, no
+object per token) and their per-token twin `detokenize_next` (`--naive-stream`) chapter 9's.
 With `--skip-tokenizer-init` the detokenizer forwards the ids themselves (`UserReply.output_ids`).
 """
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 
-from ..messages import (BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ExitMsg, SchedulerStats, StatsReply,
-                        TokenizeMsg, UserMsg, UserReply, decode, reply_columns, unbatch_rows)
+from ..messages import (BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ExitMsg, ReplyColumns, SchedulerStats,
+                        StatsReply, TokenColumns, TokenizeMsg, UserMsg, UserReply, decode, reply_columns, unbatch,
+                        unbatch_rows)
 from .common import ServerConfig, exit_child, freeze_startup_objects, send_ack, setup_child, trace
 from .queues import Addresses, Queue, pull, push
 
@@ -28,6 +31,7 @@ def tokenize_worker(tokenizer_id: int, cfg: ServerConfig, addrs: Addresses, pare
     try:
         import torch
         torch.set_num_threads(1)  # the engine needs the cores; tokenizing is light
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # a step's decode_batch is ~0.5 ms: no rayon pool per call
         tok = None
         if not cfg.skip_tokenizer_init:
             from transformers import AutoTokenizer
@@ -49,9 +53,11 @@ def tokenize_worker(tokenizer_id: int, cfg: ServerConfig, addrs: Addresses, pare
     exit_child(0)
 
 
-def receive_all(inbox: Queue) -> list:
-    """Wait for one message, then take whatever else is already waiting (one batch per wake-up)."""
-    return [m for raw in [inbox.get_raw()] + inbox.drain_raw() for m in unbatch_rows(decode(raw))]
+def receive_all(inbox: Queue, rows: bool = True) -> list:
+    """Wait for one message, then take whatever else is already waiting (one batch per wake-up); `rows=False`
+    leaves each TokenColumns whole (the detokenizer reads them as columns)."""
+    split = unbatch_rows if rows else unbatch
+    return [m for raw in [inbox.get_raw()] + inbox.drain_raw() for m in split(decode(raw))]
 
 
 # ---- text -> token ids ---------------------------------------------------------------------------
@@ -203,20 +209,57 @@ def detokenize_step(tok, states: dict[int, DecodeState], msgs: list[DetokenizeMs
     return replies
 
 
+def detokenize_columns(tok, states: dict[int, DecodeState], cols: TokenColumns, decoder=None) -> ReplyColumns:
+    """A step's plain tokens as its plain replies, column in and column out: no message object per token.
+    Equal to detokenize_step over `cols.rows()` (a step's uids are distinct: one batch decode reads each state once)."""
+    sts = [states.get(u) or states.setdefault(u, DecodeState()) for u in cols.uids]  # no DecodeState built per lookup
+    if tok is None:  # --skip-tokenizer-init: the ids are the output, the text stays empty
+        for s, t in zip(sts, cols.next_tokens):
+            if t >= 0:
+                s.ids.append(t)
+        return ReplyColumns(cols.uids, [""] * len(sts), [len(s.ids) for s in sts],
+                            [[t] if t >= 0 else [] for t in cols.next_tokens])
+    texts = detokenize_batch(tok, sts, cols.next_tokens, [False] * len(sts), decoder)
+    return ReplyColumns(cols.uids, texts, [len(s.ids) for s in sts])
+
+
+def detokenize_wake(tok, states: dict[int, DecodeState], msgs: list, naive: bool) -> list:
+    """What one wake-up's messages send to the API, in their order (a uid may come in two steps): the stats first,
+    each TokenColumns as one ReplyColumns, each run of DetokenizeMsgs (finishing tokens, logprobs, warnings,
+    errors) through detokenize_step. `naive` (--naive-stream): one UserReply per token, columns expanded."""
+    out = [m for m in msgs if isinstance(m, (StatsReply, SchedulerStats))]
+    decoder = batch_decoder(tok) if tok is not None else None
+    run: list[DetokenizeMsg] = []
+    for m in msgs + [None]:  # None: the end, where the last run is flushed
+        if isinstance(m, DetokenizeMsg):
+            run.append(m)
+            continue
+        if run:
+            replies = detokenize_step(tok, states, run, naive)
+            out += replies if naive else reply_columns(replies)
+            run = []
+        if isinstance(m, TokenColumns) and naive:
+            out += detokenize_step(tok, states, m.rows(), True)
+        elif isinstance(m, TokenColumns):
+            out.append(detokenize_columns(tok, states, m, decoder))
+    return out
+
+
+def reply_uids(items: list, cls: type, cols: type) -> list[int]:
+    """The hop log's uids of `cls` messages, a columns message (`cols`) counting each of its uids."""
+    return [u for m in items for u in (m.uids if isinstance(m, cols) else [m.uid] if isinstance(m, cls) else [])]
+
+
 def detokenize_loop(tok, inbox: Queue, to_frontend: Queue, cfg: ServerConfig) -> None:
     states: dict[int, DecodeState] = {}
     while True:
-        replies = []
-        msgs = receive_all(inbox)  # TokenColumns arrive as their DetokenizeMsgs
+        msgs = receive_all(inbox, rows=False)  # a TokenColumns stays one message, through to its ReplyColumns
         if cfg.hop_log:
-            trace(cfg, "detokenizer", "recv DetokenizeMsg", [m.uid for m in msgs if isinstance(m, DetokenizeMsg)])
-        for msg in msgs:
-            if isinstance(msg, (StatsReply, SchedulerStats)):
-                replies.append(msg)
-        replies += detokenize_step(tok, states, [m for m in msgs if isinstance(m, DetokenizeMsg)], cfg.naive_stream)
+            trace(cfg, "detokenizer", "recv DetokenizeMsg", reply_uids(msgs, DetokenizeMsg, TokenColumns))
+        replies = detokenize_wake(tok, states, msgs, cfg.naive_stream)
         if replies:
             if cfg.hop_log:
-                trace(cfg, "detokenizer", "send UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
-            to_frontend.put(BatchFrontendMsg(replies if cfg.naive_stream else reply_columns(replies)))
+                trace(cfg, "detokenizer", "send UserReply", reply_uids(replies, UserReply, ReplyColumns))
+            to_frontend.put(BatchFrontendMsg(replies))
         if any(isinstance(m, ExitMsg) for m in msgs):
             return
