@@ -70,6 +70,34 @@ def test_kernel_args_follow_the_ledger():
     assert set((padded.kv_indices[16:] // 2).tolist()) == {pool.num_pages}
 
 
+def test_prefill_graph_lanes_and_the_slack_lane():
+    """A prefill graph's arguments (graphs.py): the prompts in the first lanes, padding lanes of one token, and the
+    last padding lane taking the slack, so the query rows add up to the graph's capacity; every key a padding lane
+    reads is in the dummy page. And which graph a step fits (prefill_key needs no GPU: it reads only the keys)."""
+    from types import SimpleNamespace
+
+    from minisgl_edu.graphs import PREFILL_LANES, GraphRunner, extend_capacities
+    pool = PagePool(64, 1, 8, 64, torch.device("cpu"))
+    a, b = (Req(i, [0] * n, SamplingParams(max_tokens=4)) for i, n in enumerate((5, 3)))
+    for r in (a, b):
+        r.table_idx, r.device_len = pool.take_row(), r.prompt_len
+    pool.assign_locations([a, b])
+    args = kernel_args([a, b], pool, padded_size=PREFILL_LANES, padded_tokens=20)
+    assert args.cu_seqlens_q.tolist() == [0, 5, 8, 9, 20]  # a padding lane of 1, then the slack lane of 11
+    assert args.seq_lens_k.tolist() == [5, 3, 1, 11] and args.num_padding == 2
+    assert set(args.kv_indices[8:].tolist()) == {pool.num_pages}  # page size 1: the dummy page is one slot
+    assert kernel_args([a, b], pool, padded_size=2, padded_tokens=20).cu_seqlens_q.tolist() == [0, 5, 8]  # no lane
+    runner = SimpleNamespace(prefill_keys=[(d, c) for d in (0, 1, 2, 4) for c in extend_capacities(512)])
+    key = lambda reqs, d: GraphRunner.prefill_key(runner, Batch(reqs, "prefill", decode_rows=d))
+    decoding = [SimpleNamespace(extend_len=1) for _ in range(3)]
+    prompt = lambda n: SimpleNamespace(extend_len=n)
+    assert key([prompt(100)], 0) == (0, 256)
+    assert key([prompt(253)], 0) == (0, 256) and key([prompt(254)], 0) == (0, 512)  # 253 + 3 lanes' tokens = 256
+    assert key(decoding + [prompt(300)], 3) == (4, 512)  # three decode rows padded to 4
+    assert key([prompt(10)] * 4, 0) is None  # more prompts than lanes: eager
+    assert key([prompt(600)], 0) is None  # more rows than any graph holds: eager
+
+
 def test_extend_over_a_cached_prefix_equals_one_prefill():
     """The causal offset read from KernelArgs: a prompt computed in two steps (prefix, then the rest)
     gives the rest the same attention output as one prefill of the whole prompt."""
