@@ -32,6 +32,16 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, request) -> str:
+    """A tiny random-weight Llama (the default model's vocabulary, tokenizer and chat template): the server's code is
+    the real one at a few seconds of CI. Its context: the test module's TINY_CONTEXT (default 2048)."""
+    from minisgl_edu.default_model import default_model_path
+    from tiny_model import tiny_model_dir
+    return tiny_model_dir(str(tmp_path_factory.mktemp(request.module.__name__.rsplit(".", 1)[-1])), vocab=49152,
+                          max_positions=getattr(request.module, "TINY_CONTEXT", 2048), tokenizer_from=default_model_path())
+
+
+@pytest.fixture(scope="module")
 def make_server(tmp_path_factory):
     """make_server(*args, api_key=None) -> a started Server; all of them are stopped at module teardown."""
     started: list[Server] = []

@@ -27,14 +27,6 @@ STREAMS = 4
 LONG = 1500  # tokens each in-flight stream asks for: it is still running when the worker dies
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> str:
-    from minisgl_edu.default_model import default_model_path
-    from tiny_model import tiny_model_dir
-    return tiny_model_dir(str(tmp_path_factory.mktemp("faults")), vocab=49152, max_positions=2048,
-                          tokenizer_from=default_model_path())
-
-
 def start_streams(server: Server, n: int) -> tuple[list[dict], list[threading.Thread], threading.Barrier]:
     """n streaming completions in threads; the barrier trips once each has its first chunk."""
     results = [{"chunks": 0, "done": False, "error": None, "ended_at": None} for _ in range(n)]

@@ -27,12 +27,7 @@ CALL_TIMEOUT = 60  # seconds: a request that takes longer counts as a hang
 FUZZ_EXAMPLES = 60  # per operation and per mode (valid / invalid bodies); the soak variant: 400, random
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> str:
-    from minisgl_edu.default_model import default_model_path
-    from tiny_model import tiny_model_dir
-    return tiny_model_dir(str(tmp_path_factory.mktemp("hostile")), vocab=49152, max_positions=256,
-                          tokenizer_from=default_model_path())
+TINY_CONTEXT = 256  # the conftest's tiny_dir: a context this short is enough here
 
 
 @pytest.fixture(scope="module")

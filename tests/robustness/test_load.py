@@ -27,14 +27,6 @@ LEAVER_MAX_TOKENS = 1000  # clamped to the context: ~1000 decode steps, minutes 
 
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> str:
-    from minisgl_edu.default_model import default_model_path
-    from tiny_model import tiny_model_dir
-    return tiny_model_dir(str(tmp_path_factory.mktemp("load")), vocab=49152, max_positions=2048,
-                          tokenizer_from=default_model_path())
-
-
-@pytest.fixture(scope="module")
 def server(make_server, tiny_dir):
     return make_server("--model", tiny_dir, "--dummy-weights", *SMALL)
 

@@ -26,12 +26,7 @@ from minisgl_edu.messages import AbortMsg, BatchBackendMsg, MessageError, decode
 KEY = "robustness-key-Zq81"
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory) -> str:
-    from minisgl_edu.default_model import default_model_path
-    from tiny_model import tiny_model_dir
-    return tiny_model_dir(str(tmp_path_factory.mktemp("security")), vocab=49152, max_positions=256,
-                          tokenizer_from=default_model_path())
+TINY_CONTEXT = 256  # the conftest's tiny_dir: a context this short is enough here
 
 
 @pytest.fixture(scope="module")
