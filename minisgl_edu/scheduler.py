@@ -38,7 +38,8 @@ class TokenOutput:
 
 
 class Scheduler:
-    def __init__(self, engine, cfg: SchedulerConfig | None = None, eos_token_ids: tuple[int, ...] = (), tracer=None):
+    def __init__(self, engine, cfg: SchedulerConfig | None = None, eos_token_ids: tuple[int, ...] = (), tracer=None,
+                 stats_kept: int | None = None):
         cfg = cfg or SchedulerConfig(model_path=engine.cfg.model_path)  # the switches' defaults
         cuda = engine.device.type == "cuda"
         self.cfg = cfg
@@ -60,7 +61,8 @@ class Scheduler:
         self.in_flight = None  # overlap: (batch, tokens on their way to the host, copy-done event)
         self.deferred_rows: list[int] = []  # overlap: rows of requests the in-flight step still writes
         self.stream = torch.cuda.Stream(engine.device) if cuda and self.overlap else None  # the scheduler stream
-        self.stats: list[StepStats] | deque[StepStats] = []  # a server rank keeps only the latest (a bounded deque)
+        # every step's StepStats offline; a server rank, which runs for days, keeps the latest `stats_kept`
+        self.stats: list[StepStats] | deque[StepStats] = [] if stats_kept is None else deque(maxlen=stats_kept)
         self.steps_done = 0  # every step launched, however many `stats` keeps
         self.tracer = tracer  # a trace.Tracer: per-step spans for Perfetto, or None
 
@@ -240,8 +242,8 @@ class Scheduler:
             tracer.attach(self)
 
 
-def build_scheduler(cfg: SchedulerConfig) -> Scheduler:
+def build_scheduler(cfg: SchedulerConfig, stats_kept: int | None = None) -> Scheduler:
     """One rank's engine and its scheduler, as the offline `LLM` and every scheduler rank build them."""
     engine = Engine(cfg)
     return Scheduler(engine, cfg, eos_ids(cfg.model_path, not cfg.skip_tokenizer_init),
-                     Tracer(cfg.trace) if cfg.trace is not None else None)
+                     Tracer(cfg.trace) if cfg.trace is not None else None, stats_kept)

@@ -7,8 +7,6 @@ blocks on mail (with a timeout, so shutdown is noticed) only while the scheduler
 """
 from __future__ import annotations
 
-from collections import deque
-
 import logging
 import time
 from contextlib import nullcontext
@@ -143,8 +141,7 @@ def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid:
         device = f"cuda:{rank}" if torch.device(cfg.device).type == "cuda" else cfg.device
         tp.init_distributed(rank, cfg.tp, device, addrs.tp_init, cfg.tp_timeout_s)
         # every rank takes the same steps: rank 0's step trace stands for all
-        sched = build_scheduler(replace(cfg, device=device, trace=cfg.trace if rank == 0 else None))
-        sched.stats = deque(maxlen=256)  # a server runs for days: the latest steps only (steps_done counts all)
+        sched = build_scheduler(replace(cfg, device=device, trace=cfg.trace if rank == 0 else None), stats_kept=256)
         io = RankIO(rank, cfg.tp, addrs, cfg.forward_lag_s)
         io.wait_for_ranks()
     except BaseException as e:  # the launcher (or LLM) names this rank, with the traceback
