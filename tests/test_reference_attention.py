@@ -96,6 +96,11 @@ def test_prefill_graph_lanes_and_the_slack_lane():
     assert key(decoding + [prompt(300)], 3) == (4, 512)  # three decode rows padded to 4
     assert key([prompt(10)] * 4, 0) is None  # more prompts than lanes: eager
     assert key([prompt(600)], 0) is None  # more rows than any graph holds: eager
+    # a wrong fit that forgets the padding and slack lanes' tokens: it picks a graph the step overflows, and is caught
+    from minisgl_edu.exercises.swap import patched
+    forgets = patched("minisgl_edu.graphs:GraphRunner.prefill_key",
+                      ("t >= rows + PREFILL_LANES - prompts", "t >= rows"))
+    assert forgets(runner, Batch([prompt(254)], "prefill")) == (0, 256) != key([prompt(254)], 0)
 
 
 def test_extend_over_a_cached_prefix_equals_one_prefill():
