@@ -82,7 +82,7 @@ def profile(llm, n: int, g, decode_bs: int = 0) -> None:
         timed_step(sched, dev)
     print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
     if dev.type == "cuda":
-        print(p.key_averages().table(sort_by="self_cuda_time_total", row_limit=15, max_name_column_width=60))
+        print(p.key_averages().table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=60))
     import cProfile
     import pstats
     sched.add_request(next(UIDS), prompt(n, llm.engine.vocab_size, g), SamplingParams(max_tokens=1, ignore_eos=True))

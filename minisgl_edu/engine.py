@@ -129,16 +129,12 @@ class Engine:
         return host, event
 
     def _forward(self, batch: Batch) -> torch.Tensor:
-        use_graph = self.graphs is not None and self.graphs.can_run(batch)
-        batch.padded_size = self.graphs.padded_size(batch.size) if use_graph else 0
-        key = self.graphs.prefill_key(batch) if self.graphs is not None and batch.is_prefill else None
-        if key is not None:  # a small prefill step: launches cost more than its kernels too
+        key = self.graphs.key(batch) if self.graphs is not None else None  # the graph this step fits, or None
+        if key is not None:  # (decode rows, prompt rows) padded to a captured graph's
             batch.padded_size, batch.padded_tokens = key
         last = self.prepare(batch)  # with padded_size set, the backend plans the graph's wrapper
-        if use_graph:
-            h = self.graphs.replay(batch)
-        elif key is not None:
-            h = self.graphs.replay_prefill(batch)
+        if key is not None:
+            h = self.graphs.replay_prefill(batch) if batch.padded_tokens else self.graphs.replay(batch)
         else:
             h = self.model(batch.input_ids, batch.positions, self.backend, batch)
         if not batch.sample_rows:

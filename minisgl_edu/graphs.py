@@ -110,6 +110,12 @@ class GraphRunner:
     def padded_size(self, bs: int) -> int:
         return pad_to(self.sizes, bs)
 
+    def key(self, batch: Batch) -> tuple[int, int] | None:
+        """The graph `batch` replays in, as (padded decode rows, padded prompt rows), or None: run it eager."""
+        if batch.is_prefill:
+            return self.prefill_key(batch)
+        return (self.padded_size(batch.size), 0) if self.can_run(batch) else None
+
     def prefill_key(self, batch: Batch) -> tuple[int, int] | None:
         """The (decode rows, prompt rows) graph a prefill step fits, or None (run it eager): its decode rows
         padded to a captured size, its prompts in the lanes but the last, their tokens and a slack token within."""
@@ -135,6 +141,7 @@ class GraphRunner:
         self.prefill_graphs[dp, t].replay()
         out = self.prefill_outputs[dp, t]
         return out[:n] if d == dp else torch.cat([out[:d], out[dp:dp + n - d]])
+
     def replay(self, batch: Batch) -> torch.Tensor:
         """Copy the batch into the static buffers, replay the graph of `batch.padded_size`, return [bs, hidden];
         `batch.attn_metadata` must already be planned for the padded size (Engine.prepare does it)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 
+from ..graphs import PREFILL_LANES
 from ..model.layers import fused_kernels
 from ..req import Batch
 from .base import AttentionBackend
@@ -77,7 +78,6 @@ class FlashInferBackend(AttentionBackend):
             return super().prepare(batch)
         d, graph = batch.decode_rows, batch.padded_tokens > 0
         split = batch.padded_size if graph else d  # query rows of the decode part
-        from ..graphs import PREFILL_LANES
         md = self.plan(batch, kernel_args(batch.reqs[d:], self.pool, PREFILL_LANES if graph else 0, batch.padded_tokens))
         if split:
             md.decode = self._plan_decode(kernel_args(batch.reqs[:d], self.pool, split if graph else 0),

@@ -133,3 +133,34 @@ def test_prefill_graph_replay_equals_eager():
     assert engine.graphs.prefill_key(big) is None
     four = Batch([new_req(engine, 4 + i, 10, g) for i in range(4)], "prefill")  # more prompts than lanes: eager
     assert engine.graphs.prefill_key(four) is None
+
+
+def test_stale_slots_left_in_the_slack_are_caught():
+    """The slack lane after a graph's prompt rows must write only the dummy page: a replay that leaves the
+    last step's slots there (the wrong `replay_prefill` kept here) overwrites that step's K/V, and is caught."""
+    import types
+
+    from minisgl_edu.exercises.swap import patched
+    from minisgl_edu.graphs import GraphRunner
+    engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
+                                 max_running_reqs=MAX_BS, max_total_tokens=16384, cuda_graph_max_bs=MAX_BS,
+                                 cuda_graph_max_extend=512))
+    stale = patched("minisgl_edu.graphs:GraphRunner.replay_prefill",
+                    ("self.out_loc[dp + n - d:dp + t].fill_(self.dummy_slot)", "pass"))
+    kv, dummy = engine.kv, slice(engine.pool.num_pages * engine.pool.page_size, None)
+    g = torch.Generator().manual_seed(2)
+    for i, (replay, wrong) in enumerate(((GraphRunner.replay_prefill, False), (stale, True))):
+        engine.graphs.replay_prefill = types.MethodType(replay, engine.graphs)
+        big = Batch([new_req(engine, 10 + 2 * i, 240, g)], "prefill")  # fills the graph's slots up to row 240
+        big.out_loc = engine.pool.assign_locations(big.reqs)
+        prefill_hidden(engine, big, graph=True)
+        small = Batch([new_req(engine, 11 + 2 * i, 50, g)], "prefill")  # same (0, 256) graph, 50 real rows
+        small.out_loc = engine.pool.assign_locations(small.reqs)
+        k_before = kv.k.clone()
+        prefill_hidden(engine, small, graph=True)
+        torch.cuda.synchronize()
+        changed = (kv.k != k_before).flatten(2).any(-1).any(0)
+        changed[small.out_loc.long()] = False
+        changed[dummy] = False
+        report(check="stale_slack_slots_caught", wrong=wrong, slots_overwritten=int(changed.sum()))
+        assert bool(changed.any()) == wrong, (wrong, int(changed.sum()))
