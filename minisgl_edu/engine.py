@@ -43,8 +43,7 @@ class Engine:
                           self.dtype, self.device)
         self.pool = PagePool(num_pages, cfg.page_size, cfg.max_running_reqs, self.max_seq_len, self.device)
         name = cfg.attention or ("flashinfer" if self.device.type == "cuda" else "reference")
-        self.backend = make_backend(name, self.kv, self.pool, num_q_heads=attn.q_heads,  # FlashInfer plans with them
-                                    max_extend=cfg.cuda_graph_max_extend if cfg.cuda_graph_max_bs > 0 else 0)
+        self.backend = make_backend(name, self.kv, self.pool, num_q_heads=attn.q_heads)  # FlashInfer plans with it
         self.generator = torch.Generator(device=self.device).manual_seed(cfg.seed)
         self.eos_token_ids: tuple[int, ...] = ()  # set by the Scheduler: min_tokens masks them
         # chapter 6: the forward runs on its own stream, so the scheduler's stream can prepare step N+1

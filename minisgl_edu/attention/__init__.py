@@ -10,7 +10,7 @@ from .reference import ReferenceBackend
 
 
 def make_backend(name: str, kv, pool, **kw) -> AttentionBackend:
-    """`kw` (num_q_heads, workspace_bytes, max_extend) are FlashInfer's: the reference backend reads the pool's shapes."""
+    """`kw` (num_q_heads, workspace_bytes) are FlashInfer's: the reference backend reads the pool's shapes."""
     if name == "reference":
         return ReferenceBackend(kv, pool)
     if name == "flashinfer":

@@ -17,9 +17,6 @@ from .base import AttentionBackend
 from .metadata import KernelArgs, kernel_args
 
 CUDA_CORE_GROUP_SIZES = (1, 2, 3, 4, 8)  # GQA group sizes FlashInfer's CUDA-core decode kernel is built for
-# a prefill graph's planner splits each prompt's keys into chunks of >= 128 and merges the parts: one prompt's
-# 128-row query tiles otherwise walk all its keys one CTA each (False: planned whole, the twin)
-PREFILL_GRAPH_SPLIT_KV = True
 
 
 @dataclass
@@ -32,8 +29,7 @@ class FIMetadata:
 
 
 class FlashInferBackend(AttentionBackend):
-    def __init__(self, kv, pool, num_q_heads: int, workspace_bytes: int = 128 << 20, max_extend: int = 0):
-        """max_extend: prompt rows of the largest prefill graph (its split-KV parts must fit the workspace)."""
+    def __init__(self, kv, pool, num_q_heads: int, workspace_bytes: int = 128 << 20):
         super().__init__(kv, pool)
         import flashinfer  # GPU only: the CPU path never imports it
         self.fi = flashinfer
@@ -42,7 +38,7 @@ class FlashInferBackend(AttentionBackend):
         dev = kv.k.device
         # one float workspace for the decode wrappers, one for the prefill ones: a mixed step plans one of each
         self.workspace = torch.zeros(workspace_bytes, dtype=torch.uint8, device=dev)
-        prefill_bytes = max(workspace_bytes, split_kv_bytes(num_q_heads, self.kv_heads, self.head_dim, max_extend, dev))
+        prefill_bytes = max(workspace_bytes, split_kv_bytes(num_q_heads, self.kv_heads, self.head_dim, dev))
         self.prefill_workspace = torch.zeros(prefill_bytes, dtype=torch.uint8, device=dev)
         self.use_tensor_cores = num_q_heads // self.kv_heads not in CUDA_CORE_GROUP_SIZES
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.prefill_workspace, "NHD", backend="fa2")
@@ -101,7 +97,7 @@ class FlashInferBackend(AttentionBackend):
             w = self.graph_wrappers.get((batch.padded_size, batch.padded_tokens)) or self.prefill_wrapper
             w.plan(args.cu_seqlens_q, args.cu_seqlens_k, args.kv_indices, args.last_page_len,
                    head_dim_qk=self.head_dim, causal=True, seq_lens=args.seq_lens_k,
-                   disable_split_kv=w is not self.prefill_wrapper and not PREFILL_GRAPH_SPLIT_KV,
+                   disable_split_kv=w is not self.prefill_wrapper,  # a graph's planner would split every prompt
                    num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=1, q_data_type=self.dtype,
                    kv_data_type=self.dtype, non_blocking=True)
         else:
@@ -132,13 +128,12 @@ class FlashInferBackend(AttentionBackend):
         return batch.attn_metadata.out_loc
 
 
-def split_kv_bytes(q_heads: int, kv_heads: int, head_dim: int, rows: int, device) -> int:
-    """The most FlashInfer's prefill planner asks of the float workspace for split-KV partial outputs (float32
-    values and log-sum-exps of 128-row query tiles for every head): up to 2 CTAs per SM, or in a CUDA graph the
-    query tiles of `rows` rows if more (its scheduler.cuh), plus 16 MiB for alignment and the rest."""
+def split_kv_bytes(q_heads: int, kv_heads: int, head_dim: int, device) -> int:
+    """The most FlashInfer's eager prefill planner asks of the float workspace for split-KV partial outputs:
+    float32 values and log-sum-exps of 128-row query tiles for every head, up to 2 CTAs per SM (its
+    scheduler.cuh), plus 16 MiB for alignment and the rest (32 q heads over 4 KV heads overflow 128 MiB)."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    items = max(2 * sms // kv_heads, -(-rows * (q_heads // kv_heads) // 128) + PREFILL_LANES)
-    return q_heads * items * 128 * (head_dim + 1) * 4 + (16 << 20)
+    return q_heads * (2 * sms // kv_heads) * 128 * (head_dim + 1) * 4 + (16 << 20)
 
 
 def side_by_side(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
