@@ -1,0 +1,131 @@
+"""Issue 18: what a step costs the host, and where: a graph's replay, the LM head, and each phase of a launch.
+
+    python benchmarks/launch_phases.py [--model DIR]
+
+For the decode graph of 64 requests and the mixed graph (64 decode rows, 768 prompt rows): the host time of
+`replay()` with the GPU idle and with the GPU still busy with the previous replay, and the host time of the
+LM head's GEMM launched right after it (65 rows), against the same GEMM launched on an idle GPU. Then
+every phase of a real decode step and a real mixed step timed around its call (`in_engine`).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from minisgl_edu import LLM  # noqa: E402
+
+
+def host_us(fn, reps: int = 50, busy=None) -> float:
+    """Median host microseconds of fn(); busy() first (unsynchronized) keeps the GPU working meanwhile."""
+    out = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        if busy is not None:
+            busy()
+        t0 = time.perf_counter()
+        fn()
+        out.append(1e6 * (time.perf_counter() - t0))
+    torch.cuda.synchronize()
+    return statistics.median(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default=str(Path(__file__).resolve().parents[1] / "benchmarks/configs/smollm2-135m"))
+    args = ap.parse_args()
+    llm = LLM(args.model, dummy_weights=True)
+    eng = llm.engine
+    gr = eng.graphs
+    h = torch.randn(65, eng.model_config.hidden_size, dtype=eng.dtype, device=eng.device)
+    logits = lambda: eng.model.logits(h)
+    spin = torch.randn(4096, 4096, dtype=eng.dtype, device=eng.device)
+    busy = lambda: [spin @ spin for _ in range(8)]  # ~1 ms of GPU work queued ahead
+    print(f"{args.model}: host microseconds (median of 50)")
+    print(f"  LM head GEMM (65 rows), GPU idle: {host_us(logits):8.1f}   GPU busy: {host_us(logits, busy=busy):8.1f}")
+    with torch.inference_mode():
+        for name, g in (("decode graph bs 64", gr.graphs[64]), ("mixed graph (64, 768)", gr.prefill_graphs[64, 768]),
+                        ("decode graph bs 1", gr.graphs[1])):
+            print(f"  {name:24s} replay, GPU idle: {host_us(g.replay):8.1f}   GPU busy: {host_us(g.replay, busy=busy):8.1f}"
+                  f"   then the LM head: {host_us(logits, busy=g.replay):8.1f}")
+    in_engine(llm)
+
+
+def in_engine(llm, steps: int = 20) -> None:
+    """Where a step's host time goes, inside real scheduler steps (64 decoding requests; in the mixed run a
+    561-token prompt joins every step): each phase timed around its call, summed per step, medians in us."""
+    import itertools
+
+    import flashinfer
+
+    import minisgl_edu.attention.base as base_mod
+    import minisgl_edu.attention.flashinfer as fib
+    import minisgl_edu.engine as engine_mod
+    from minisgl_edu import SamplingParams
+    from minisgl_edu.bench import fresh_scheduler
+    eng, step_times, undo = llm.engine, {}, []
+    sched = fresh_scheduler(llm, overlap=False)
+
+    def wrap(owner, attr, name):
+        real = getattr(owner, attr)
+        def call(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return real(*a, **k)
+            finally:
+                step_times[name] = step_times.get(name, 0.0) + 1e6 * (time.perf_counter() - t0)
+        setattr(owner, attr, call)
+        undo.append((owner, attr, real))
+    for owner, attr, name in [(sched, "schedule", "schedule"), (sched, "launch", "launch"),
+                              (sched.pool, "assign_locations", " assign_locations"), (eng, "forward", " forward"),
+                              (eng, "prepare", "  prepare"), (engine_mod, "step_layout", "   step_layout"),
+                              (eng.backend, "prepare", "   backend.prepare"), (fib, "kernel_args", "    kernel_args"),
+                              (base_mod, "kernel_args", "    kernel_args"),
+                              (flashinfer.BatchPrefillWithPagedKVCacheWrapper, "plan", "    FlashInfer prefill plan"),
+                              (flashinfer.BatchDecodeWithPagedKVCacheWrapper, "plan", "    FlashInfer decode plan"),
+                              (eng.graphs, "replay", "  replay"), (eng.graphs, "replay_prefill", "  replay_prefill"),
+                              (eng.sampling_cache, "get", "  sampling tensors"), (eng.model, "logits", "  LM head"),
+                              (engine_mod, "sample", "  sample")]:
+        wrap(owner, attr, name)
+    uids, g = itertools.count(), torch.Generator().manual_seed(0)
+    ids = lambda n: torch.randint(0, 10000, (n,), generator=g).tolist()
+    try:
+        for _ in range(64):
+            sched.add_request(next(uids), ids(600), SamplingParams(max_tokens=4 * steps, ignore_eos=True))
+        while sched.pending:
+            sched.step()
+        for phase in ("decode", "mixed"):
+            per = {}
+            for _ in range(steps):
+                if phase == "mixed":
+                    sched.add_request(next(uids), ids(561), SamplingParams(max_tokens=1, ignore_eos=True))
+                torch.cuda.synchronize()
+                step_times.clear()
+                t0 = time.perf_counter()
+                batch = sched.schedule()
+                tokens = sched.launch(batch)
+                t1 = time.perf_counter()
+                torch.cuda.synchronize()
+                step_times["step, synchronized"] = 1e6 * (time.perf_counter() - t0)
+                step_times["schedule + launch"] = 1e6 * (t1 - t0)
+                sched.process(batch, tokens.tolist())
+                for k, v in step_times.items():
+                    per.setdefault(k, []).append(v)
+            print(f"  {phase} steps (64 decoding{' + a 561-token prompt' if phase == 'mixed' else ''}), host us, "
+                  f"median of {steps}:")
+            for k, v in per.items():
+                print(f"    {k:32s} {statistics.median(v):8.1f}")
+        while not sched.idle:
+            sched.step()
+    finally:
+        for owner, attr, real in reversed(undo):
+            setattr(owner, attr, real)
+
+
+if __name__ == "__main__":
+    main()
