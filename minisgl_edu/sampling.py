@@ -30,9 +30,9 @@ class Penalties:
 
 @dataclass
 class SamplingTensors:
-    temperature: torch.Tensor  # [B] float32; 0 = greedy
-    top_k: torch.Tensor  # [B] int64; vocab size = off
-    top_p: torch.Tensor  # [B] float32
+    temperature: torch.Tensor | None  # [B] float32; 0 = greedy (None when every row is greedy: nothing reads them)
+    top_k: torch.Tensor | None  # [B] int64; vocab size = off
+    top_p: torch.Tensor | None  # [B] float32
     all_greedy: bool
     needs_filter: bool
     seeds: list[tuple[int, int]]  # (batch row, per-request seed mixed with the position)
@@ -48,15 +48,18 @@ class SamplingTensors:
                   token_pool: torch.Tensor | None = None) -> "SamplingTensors":
         sp = [r.sampling for r in reqs]
         all_greedy = all(p.temperature == 0 for p in sp)
-        t = np.array([p.temperature for p in sp], np.float32)  # numpy first: ~10x cheaper than torch.tensor(list)
-        k = np.array([p.top_k if p.top_k > 0 else vocab for p in sp], np.int64)
-        p = np.array([p.top_p for p in sp], np.float32)
-        seeds = [(i, (r.sampling.seed * 1_000_003 + r.device_len) % (1 << 63))
-                 for i, r in enumerate(reqs) if r.sampling.seed is not None and r.sampling.temperature > 0]
-        needs_filter = any(q.top_k > 0 or q.top_p < 1 or q.min_p > 0 for q in sp if q.temperature > 0)
         dev = lambda x: to_device(x, device)  # pinned + non-blocking on CUDA: no host sync inside the step
-        st = SamplingTensors(dev(t), dev(k), dev(p), all_greedy, needs_filter, seeds)
-        if any(q.min_p > 0 for q in sp):
+        if all_greedy:  # an argmax reads none of them: no copies (each one is a pin and a launch on CUDA)
+            st = SamplingTensors(None, None, None, True, False, [])
+        else:
+            t = np.array([p.temperature for p in sp], np.float32)  # numpy first: ~10x cheaper than torch.tensor(list)
+            k = np.array([p.top_k if p.top_k > 0 else vocab for p in sp], np.int64)
+            p = np.array([p.top_p for p in sp], np.float32)
+            seeds = [(i, (r.sampling.seed * 1_000_003 + r.device_len) % (1 << 63))
+                     for i, r in enumerate(reqs) if r.sampling.seed is not None and r.sampling.temperature > 0]
+            needs_filter = any(q.top_k > 0 or q.top_p < 1 or q.min_p > 0 for q in sp if q.temperature > 0)
+            st = SamplingTensors(dev(t), dev(k), dev(p), False, needs_filter, seeds)
+        if not all_greedy and any(q.min_p > 0 for q in sp):  # read only when sampling
             st.min_p = dev(np.array([q.min_p for q in sp], np.float32))
         if any(q.needs_penalties for q in sp):
             st.penalties = _penalties(reqs, dev)
