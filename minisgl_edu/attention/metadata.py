@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..model import qk_kernel
+from ..model.layers import KERNELS
 from ..paging import PagePool, to_device
 from ..req import Req
 
@@ -40,14 +42,24 @@ def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0, padded_to
         kv_len[-1] += slack  # causal over the dummy row: every key is the dummy slot
     cu_q = np.concatenate([[0], np.cumsum(ext)])
     cu_k = np.concatenate([[0], np.cumsum(kv_len)])
-    total = int(cu_k[-1])
-    # gather the slots on the device from B-sized inputs (not a copy of every index from the host), sent in
-    # one copy: entry p of request i is flat page-table entry rows[i] * width + p, at kv_indices[cu_k[i] + p]
-    width = pool.page_table.shape[1]
-    start_len = to_device(np.stack([rows * width - cu_k[:-1], kv_len]), dev)
-    flat = torch.repeat_interleave(start_len[0], start_len[1], output_size=total) + torch.arange(total, device=dev)
-    kv_indices = pool.page_table.view(-1)[flat]
-    # the planner reads these on the host: one pinned buffer, four views
-    host = to_device(np.concatenate([cu_q, cu_k, kv_len, np.ones(len(rows), np.int64)]).astype(np.int32), dev, host=True)
-    b = len(rows)
-    return KernelArgs(host[:b + 1], host[b + 1:2 * b + 2], host[2 * b + 2:3 * b + 2], kv_indices, host[3 * b + 2:], pads)
+    total, b = int(cu_k[-1]), len(rows)
+    # the planner reads these on the host: one pinned buffer, four views (and the rows, for the gather)
+    host = to_device(np.concatenate([cu_q, cu_k, kv_len, np.ones(b, np.int64), rows]).astype(np.int32), dev, host=True)
+    kv_indices = gather_slots(pool, host, b, total) if KERNELS.fused else None  # our kernel: one launch
+    if kv_indices is None:  # the twin: gather the slots on the device from B-sized inputs, sent in one copy:
+        # entry p of request i is flat page-table entry rows[i] * width + p, at kv_indices[cu_k[i] + p]
+        width = pool.page_table.shape[1]
+        start_len = to_device(np.stack([rows * width - cu_k[:-1], kv_len]), dev)
+        flat = torch.repeat_interleave(start_len[0], start_len[1], output_size=total) + torch.arange(total, device=dev)
+        kv_indices = pool.page_table.view(-1)[flat]
+    return KernelArgs(host[:b + 1], host[b + 1:2 * b + 2], host[2 * b + 2:3 * b + 2], kv_indices,
+                      host[3 * b + 2:4 * b + 2], pads)
+
+
+def gather_slots(pool: PagePool, host: torch.Tensor, b: int, total: int) -> torch.Tensor | None:
+    """kernel_args' slots by our one-launch kernel (model/kv_indices.cu), from one copy of the pinned buffer
+    (cu_k at [b + 1, 2b + 2), the rows at [4b + 2, 5b + 2)); None off CUDA or without the cubin."""
+    if not pool.page_table.is_cuda:
+        return None
+    meta = host.to(pool.device, non_blocking=True)
+    return qk_kernel.kv_indices(pool.page_table, meta[4 * b + 2:], meta[b + 1:2 * b + 2], total)

@@ -1,6 +1,7 @@
 """Chapter 7 — A kernel of our own: q/k norm, RoPE and the K/V store of one layer in one launch.
 
-`qk_norm_rope_store.cu` (and an experiment, `silu_mul_down.cu`: products of <= 8 rows), compiled to
+`qk_norm_rope_store.cu` (and `kv_indices.cu`, kernel_args' slots in one launch; an experiment,
+`silu_mul_down.cu`: products of <= 8 rows), compiled to
 cubins by `scripts/build_fi_extra_kernels.sh` and launched through the CUDA driver API with ctypes;
 without a cubin `available()` is False and FlashInfer's kernels serve.
 """
@@ -14,7 +15,7 @@ import torch
 
 NAME = "qk_norm_rope_store"
 CUBINS = {NAME: "qk_norm_rope_store.cubin", "silu_mul_down": "silu_mul_down.cubin",
-          "small_m_linear": "silu_mul_down.cubin"}  # kernel -> file
+          "small_m_linear": "silu_mul_down.cubin", "kv_indices": "kv_indices.cubin"}  # kernel -> file
 _FUNCS: dict[tuple[int, str], object] = {}  # (device index, kernel) -> (libcuda, function), or None: no cubin
 
 
@@ -104,3 +105,15 @@ def silu_mul_down(gu: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
 def small_m_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
     """x @ w.T for 1..8 rows in one launch; None where the kernel does not apply (then: F.linear)."""
     return _small_m("small_m_linear", x, w, x.shape[1])
+
+
+def kv_indices(page_table: torch.Tensor, rows: torch.Tensor, cu_k: torch.Tensor, total: int) -> torch.Tensor | None:
+    """out[cu_k[i] + p] = page_table[rows[i], p] for p < cu_k[i + 1] - cu_k[i] (int32 on the device, rows and cu_k
+    too), in one launch; None without the cubin (then kernel_args gathers with PyTorch ops)."""
+    if not page_table.is_cuda or page_table.dtype != torch.int32 or _kernel(page_table.device, "kv_indices") is None:
+        return None
+    out = torch.empty(total, dtype=torch.int32, device=page_table.device)
+    if len(rows):
+        _launch("kv_indices", page_table.device, len(rows), 256,
+                [_ptr(page_table), ctypes.c_longlong(page_table.stride(0)), _ptr(rows), _ptr(cu_k), _ptr(out)])
+    return out

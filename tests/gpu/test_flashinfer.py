@@ -73,3 +73,40 @@ def test_flashinfer_matches_reference(q_heads, kv_heads, head_dim, page_size):
         for r in reqs:
             r.complete_one()
         step(reqs, "decode", "decode")
+
+
+def test_kv_indices_kernel_equals_the_torch_gather():
+    """kernel_args' slots from our one-launch kernel (model/kv_indices.cu) == the PyTorch gather, its twin
+    (`--no-fused-kernels`), exactly: a prefill with a cached prefix, a decode batch, padding lanes, a slack lane."""
+    from minisgl_edu.attention.metadata import kernel_args
+    from minisgl_edu.model import qk_kernel
+    from minisgl_edu.model.layers import KERNELS
+    dev = torch.device("cuda")
+    pool = PagePool(4096, 1, 16, 2048, dev)
+    pool.free_pages = pool.free_pages[torch.randperm(4096, device=dev)]  # scattered slots
+    g = torch.Generator().manual_seed(3)
+    reqs = []
+    for i, n in enumerate(torch.randint(1, 600, (9,), generator=g).tolist()):
+        r = Req(i, list(range(n)), SamplingParams(max_tokens=4))
+        r.table_idx, r.cached_len, r.device_len = pool.take_row(), n // 3, n
+        pool.assign_locations([r])
+        reqs.append(r)
+    for r in reqs[2:]:
+        r.cached_len = r.device_len - 1  # one new token each: decode rows
+    shapes = {"two prompts over a cached prefix, 7 decode rows": (reqs, {}),
+              "decode rows padded to 16": (reqs[2:], dict(padded_size=16)),
+              "two prompts + the slack lane": (reqs[:2], dict(padded_size=4, padded_tokens=1024))}
+    assert qk_kernel.kv_indices(pool.page_table, torch.zeros(0, dtype=torch.int32, device=dev),
+                                torch.zeros(1, dtype=torch.int32, device=dev), 0) is not None, "no kv_indices cubin"
+    try:
+        for name, (rs, kw) in shapes.items():
+            KERNELS.fused = True
+            ours = kernel_args(rs, pool, **kw)
+            KERNELS.fused = False
+            twin = kernel_args(rs, pool, **kw)
+            report(check="kv_indices_kernel_vs_torch", shape=name, indices=len(ours.kv_indices))
+            assert ours.kv_indices.dtype == twin.kv_indices.dtype == torch.int32
+            assert torch.equal(ours.kv_indices, twin.kv_indices), name
+            assert torch.equal(ours.cu_seqlens_k, twin.cu_seqlens_k) and torch.equal(ours.last_page_len, twin.last_page_len)
+    finally:
+        KERNELS.fused = True
