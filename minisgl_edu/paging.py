@@ -137,10 +137,12 @@ class PagePool:
         order = np.repeat(np.cumsum(new_pages) - new_pages - first_new, ext) + lp  # index into `pages`
         pages = self.take_pages(int(new_pages.sum()))
         to_dev = lambda a: to_device(a, self.device)
-        rows_t, pos_t = to_dev(np.stack([rows, pos]))  # one copy to the device
         if ps == 1:  # every position opens its own page, in order (order == arange): out_loc is `pages` itself
-            loc = pages
-        elif is_new.all():  # the common case
+            flat = to_dev(rows * self.page_table.shape[1] + pos)  # one copy, one write into the flat table
+            self.page_table.view(-1).index_copy_(0, flat, pages)
+            return pages
+        rows_t, pos_t = to_dev(np.stack([rows, pos]))  # one copy to the device
+        if is_new.all():  # the common case
             loc = pages[to_dev(order)] * ps + (pos_t % ps).to(torch.int32)
         else:
             loc = torch.empty(len(pos), dtype=torch.int32, device=self.device)
