@@ -66,7 +66,6 @@ def in_engine(llm, steps: int = 20) -> None:
     import minisgl_edu.attention.base as base_mod
     import minisgl_edu.attention.flashinfer as fib
     import minisgl_edu.engine as engine_mod
-    from minisgl_edu import SamplingParams
     from minisgl_edu.bench import fresh_scheduler
     eng, step_times, undo = llm.engine, {}, []
     sched = fresh_scheduler(llm, overlap=False)
@@ -94,37 +93,49 @@ def in_engine(llm, steps: int = 20) -> None:
         wrap(owner, attr, name)
     uids, g = itertools.count(), torch.Generator().manual_seed(0)
     ids = lambda n: torch.randint(0, 10000, (n,), generator=g).tolist()
+    import minisgl_edu.attention.metadata as md
+    gather = md.gather_slots
     try:
-        for _ in range(64):
-            sched.add_request(next(uids), ids(600), SamplingParams(max_tokens=4 * steps, ignore_eos=True))
-        while sched.pending:
-            sched.step()
-        for phase in ("decode", "mixed"):
-            per = {}
-            for _ in range(steps):
-                if phase == "mixed":
-                    sched.add_request(next(uids), ids(561), SamplingParams(max_tokens=1, ignore_eos=True))
-                torch.cuda.synchronize()
-                step_times.clear()
-                t0 = time.perf_counter()
-                batch = sched.schedule()
-                tokens = sched.launch(batch)
-                t1 = time.perf_counter()
-                torch.cuda.synchronize()
-                step_times["step, synchronized"] = 1e6 * (time.perf_counter() - t0)
-                step_times["schedule + launch"] = 1e6 * (t1 - t0)
-                sched.process(batch, tokens.tolist())
-                for k, v in step_times.items():
-                    per.setdefault(k, []).append(v)
-            print(f"  {phase} steps (64 decoding{' + a 561-token prompt' if phase == 'mixed' else ''}), host us, "
-                  f"median of {steps}:")
-            for k, v in per.items():
-                print(f"    {k:32s} {statistics.median(v):8.1f}")
-        while not sched.idle:
-            sched.step()
+        for twin in (False, True):
+            md.gather_slots = (lambda *a: None) if twin else gather  # the twin: kernel_args' PyTorch gather
+            print(f"  kernel_args' slots: {'the PyTorch gather (twin)' if twin else 'our kernel (kv_indices.cu)'}")
+            run_phases(sched, steps, step_times, uids, ids)
     finally:
+        md.gather_slots = gather
         for owner, attr, real in reversed(undo):
             setattr(owner, attr, real)
+
+
+def run_phases(sched, steps, step_times, uids, ids) -> None:
+    """64 requests decoding: `steps` decode steps, then `steps` mixed ones; the medians of each phase."""
+    from minisgl_edu import SamplingParams
+    for _ in range(64):
+        sched.add_request(next(uids), ids(600), SamplingParams(max_tokens=4 * steps, ignore_eos=True))
+    while sched.pending:
+        sched.step()
+    for phase in ("decode", "mixed"):
+        per = {}
+        for _ in range(steps):
+            if phase == "mixed":
+                sched.add_request(next(uids), ids(561), SamplingParams(max_tokens=1, ignore_eos=True))
+            torch.cuda.synchronize()
+            step_times.clear()
+            t0 = time.perf_counter()
+            batch = sched.schedule()
+            tokens = sched.launch(batch)
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            step_times["step, synchronized"] = 1e6 * (time.perf_counter() - t0)
+            step_times["schedule + launch"] = 1e6 * (t1 - t0)
+            sched.process(batch, tokens.tolist())
+            for k, v in step_times.items():
+                per.setdefault(k, []).append(v)
+        print(f"  {phase} steps (64 decoding{' + a 561-token prompt' if phase == 'mixed' else ''}), host us, "
+              f"median of {steps}:")
+        for k, v in per.items():
+            print(f"    {k:32s} {statistics.median(v):8.1f}")
+    while not sched.idle:
+        sched.step()
 
 
 if __name__ == "__main__":
