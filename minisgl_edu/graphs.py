@@ -62,7 +62,8 @@ class GraphRunner:
         # one KV-index buffer shared by all graph wrappers (only one replays at a time)
         self.kv_indices = torch.zeros(self.max_bs * engine.max_seq_len, dtype=torch.int32, device=dev)
         # the prompt lanes' own (a mixed step plans both): 3 prompts, then the slack lane's keys
-        self.prefill_kv_indices = torch.zeros(PREFILL_LANES * engine.max_seq_len, dtype=torch.int32, device=dev)
+        lanes = PREFILL_LANES + (0 if getattr(backend, "split_mixed", True) else self.max_bs)  # + decode lanes
+        self.prefill_kv_indices = torch.zeros(lanes * engine.max_seq_len, dtype=torch.int32, device=dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}  # decode: by batch size
         self.outputs: dict[int, torch.Tensor] = {}
         self.prefill_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # by (decode rows, prompt rows)

@@ -14,9 +14,12 @@ from ..graphs import PREFILL_LANES
 from ..model.layers import fused_kernels
 from ..req import Batch
 from .base import AttentionBackend
-from .metadata import KernelArgs, kernel_args
+from .metadata import KernelArgs, PadLane, kernel_args
 
 CUDA_CORE_GROUP_SIZES = (1, 2, 3, 4, 8)  # GQA group sizes FlashInfer's CUDA-core decode kernel is built for
+# a mixed step's decode rows through FlashInfer's decode kernel and its prompts through the prefill kernel (True),
+# or every row, decode rows as one-query lanes, through one prefill kernel (False)
+SPLIT_MIXED = True
 
 
 @dataclass
@@ -41,6 +44,7 @@ class FlashInferBackend(AttentionBackend):
         prefill_bytes = max(workspace_bytes, split_kv_bytes(num_q_heads, self.kv_heads, self.head_dim, dev))
         self.prefill_workspace = torch.zeros(prefill_bytes, dtype=torch.uint8, device=dev)
         self.use_tensor_cores = num_q_heads // self.kv_heads not in CUDA_CORE_GROUP_SIZES
+        self.split_mixed = SPLIT_MIXED  # read by graphs.py: one-kernel mixed graphs hold the decode rows' keys too
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.prefill_workspace, "NHD", backend="fa2")
         self.decode_wrapper = self._decode_wrapper()
         self.graph_wrappers: dict[tuple[int, int], Any] = {}  # a graph's (batch size, tokens) -> its wrapper (graphs.py)
@@ -67,8 +71,8 @@ class FlashInferBackend(AttentionBackend):
     def add_graph_wrapper(self, bs: int, indices_buf: torch.Tensor, tokens: int = 0, lanes: int = 0) -> None:
         """Wrappers with fixed buffers for a graph (planned before each replay): a decode step of batch size `bs`;
         or (tokens > 0) a prefill step of `lanes` requests and `tokens` query rows after `bs` decode rows."""
-        if tokens:
-            self.graph_wrappers[bs, tokens] = self._prefill_graph_wrapper(lanes, indices_buf)
+        if tokens:  # one prefill kernel for every row: the decode rows are lanes of it too
+            self.graph_wrappers[bs, tokens] = self._prefill_graph_wrapper(lanes + (0 if SPLIT_MIXED else bs), indices_buf)
         elif (bs, 0) not in self.graph_wrappers:  # a mixed graph's decode rows share the decode graph's wrapper
             self.graph_wrappers[bs, 0] = self._decode_wrapper(bs, indices_buf)
 
@@ -79,6 +83,11 @@ class FlashInferBackend(AttentionBackend):
             return super().prepare(batch)
         d, graph = batch.decode_rows, batch.padded_tokens > 0
         split = batch.padded_size if graph else d  # query rows of the decode part
+        if not SPLIT_MIXED:  # decode rows, their padding lanes, then the prompt lanes: one plan
+            lanes = batch.reqs[:d] + [PadLane(self.pool.dummy_row)] * (split - d) + batch.reqs[d:]
+            batch.attn_metadata = self.plan(batch, kernel_args(lanes, self.pool, split + PREFILL_LANES if graph else 0,
+                                                               split + batch.padded_tokens if graph else 0))
+            return
         md = self.plan(batch, kernel_args(batch.reqs[d:], self.pool, PREFILL_LANES if graph else 0, batch.padded_tokens))
         if split:
             md.decode = self._plan_decode(kernel_args(batch.reqs[:d], self.pool, split if graph else 0),

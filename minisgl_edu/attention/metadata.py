@@ -7,6 +7,7 @@ a CUDA-graph batch's padding lanes read and write only the dummy page.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -26,6 +27,14 @@ class KernelArgs:
     kv_indices: torch.Tensor  # [cu_seqlens_k[-1]] int32, device: slot of every (request, position)
     last_page_len: torch.Tensor  # [B] int32, host: all ones, every "page" holds one token
     num_padding: int  # lanes added to reach a captured CUDA-graph size (dummy requests)
+
+
+class PadLane(NamedTuple):
+    """A padding lane where a real request's lanes follow it (a mixed graph's decode rows padded in one plan):
+    one query on the dummy row, attending to one key."""
+    table_idx: int
+    extend_len: int = 1
+    device_len: int = 1
 
 
 def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0, padded_tokens: int = 0) -> KernelArgs:

@@ -2,6 +2,7 @@
 (requests, tokens) graphs; padding lanes (and the slack lane) touch only the dummy page."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from .gpu_helpers import CONFIGS, report
@@ -84,7 +85,11 @@ def prefill_hidden(engine, batch, graph: bool) -> torch.Tensor:
     return h.float().clone()
 
 
-def test_prefill_graph_replay_equals_eager():
+@pytest.mark.parametrize("split_mixed", [True, False])
+def test_prefill_graph_replay_equals_eager(split_mixed, monkeypatch):
+    """Mixed steps either way: decode rows through the decode kernel (split), or lanes of the one prefill kernel."""
+    import minisgl_edu.attention.flashinfer as fi
+    monkeypatch.setattr(fi, "SPLIT_MIXED", split_mixed)
     engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
                                  max_running_reqs=MAX_BS, max_total_tokens=16384, cuda_graph_max_bs=MAX_BS,
                                  cuda_graph_max_extend=512))
@@ -114,7 +119,8 @@ def test_prefill_graph_replay_equals_eager():
         got = prefill_hidden(engine, batch, graph=True)
         torch.cuda.synchronize()
         err = ((got - want).norm() / want.norm()).item()
-        report(check="prefill_graph_vs_eager", shape=name, graph=[batch.padded_size, batch.padded_tokens], rel_err=err)
+        report(check="prefill_graph_vs_eager", shape=name, graph=[batch.padded_size, batch.padded_tokens], rel_err=err,
+               split_mixed=split_mixed)
         assert got.shape == want.shape and err < PREFILL_TOL, (name, err)
         changed = (kv.k != k_before).flatten(2).any(-1).any(0)
         changed[batch.out_loc.long()] = False
