@@ -18,8 +18,10 @@ from .metadata import KernelArgs, PadLane, kernel_args
 
 CUDA_CORE_GROUP_SIZES = (1, 2, 3, 4, 8)  # GQA group sizes FlashInfer's CUDA-core decode kernel is built for
 # a mixed step's decode rows through FlashInfer's decode kernel and its prompts through the prefill kernel (True),
-# or every row, decode rows as one-query lanes, through one prefill kernel (False)
-SPLIT_MIXED = True
+# or every row, decode rows as one-query lanes, through one prefill kernel (False); None: by head size. On the
+# H200 (64 decode rows + a 561-token prompt): one kernel 26.6 us a layer against 40.7 for the two with 64-wide
+# heads (SmolLM2; the decode kernel reads them at 1.7 TB/s), but no faster with 128-wide ones (Qwen3: 3.3 TB/s)
+SPLIT_MIXED: bool | None = None
 
 
 @dataclass
@@ -44,7 +46,8 @@ class FlashInferBackend(AttentionBackend):
         prefill_bytes = max(workspace_bytes, split_kv_bytes(num_q_heads, self.kv_heads, self.head_dim, dev))
         self.prefill_workspace = torch.zeros(prefill_bytes, dtype=torch.uint8, device=dev)
         self.use_tensor_cores = num_q_heads // self.kv_heads not in CUDA_CORE_GROUP_SIZES
-        self.split_mixed = SPLIT_MIXED  # read by graphs.py: one-kernel mixed graphs hold the decode rows' keys too
+        # read by graphs.py too: a one-kernel mixed graph's prompt lanes buffer holds the decode rows' keys
+        self.split_mixed = SPLIT_MIXED if SPLIT_MIXED is not None else self.head_dim >= 128
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.prefill_workspace, "NHD", backend="fa2")
         self.decode_wrapper = self._decode_wrapper()
         self.graph_wrappers: dict[tuple[int, int], Any] = {}  # a graph's (batch size, tokens) -> its wrapper (graphs.py)
@@ -72,18 +75,19 @@ class FlashInferBackend(AttentionBackend):
         """Wrappers with fixed buffers for a graph (planned before each replay): a decode step of batch size `bs`;
         or (tokens > 0) a prefill step of `lanes` requests and `tokens` query rows after `bs` decode rows."""
         if tokens:  # one prefill kernel for every row: the decode rows are lanes of it too
-            self.graph_wrappers[bs, tokens] = self._prefill_graph_wrapper(lanes + (0 if SPLIT_MIXED else bs), indices_buf)
+            self.graph_wrappers[bs, tokens] = self._prefill_graph_wrapper(lanes + (0 if self.split_mixed else bs), indices_buf)
         elif (bs, 0) not in self.graph_wrappers:  # a mixed graph's decode rows share the decode graph's wrapper
             self.graph_wrappers[bs, 0] = self._decode_wrapper(bs, indices_buf)
 
     def prepare(self, batch: Batch) -> None:
         """A prefill step's decode rows (a mixed step: the first `decode_rows` requests, padded to a graph's
-        `padded_size`) go through the decode kernel, its prompts through the prefill kernel, each planned once."""
+        `padded_size`) go through the decode kernel, its prompts through the prefill kernel, each planned once;
+        or (`split_mixed` False) all of them through the prefill kernel, in one plan."""
         if not batch.is_prefill:
             return super().prepare(batch)
         d, graph = batch.decode_rows, batch.padded_tokens > 0
         split = batch.padded_size if graph else d  # query rows of the decode part
-        if not SPLIT_MIXED:  # decode rows, their padding lanes, then the prompt lanes: one plan
+        if not self.split_mixed:  # decode rows, their padding lanes, then the prompt lanes: one plan
             lanes = batch.reqs[:d] + [PadLane(self.pool.dummy_row)] * (split - d) + batch.reqs[d:]
             batch.attn_metadata = self.plan(batch, kernel_args(lanes, self.pool, split + PREFILL_LANES if graph else 0,
                                                                split + batch.padded_tokens if graph else 0))
