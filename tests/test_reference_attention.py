@@ -103,6 +103,39 @@ def test_prefill_graph_lanes_and_the_slack_lane():
     assert forgets(runner, Batch([prompt(254)], "prefill")) == (0, 256) != key([prompt(254)], 0)
 
 
+def test_one_kernel_mixed_lanes_follow_the_graph_rows():
+    """A mixed graph planned as one prefill kernel (FlashInfer, 64-wide heads): lane i's query rows must be the
+    rows replay_prefill puts its request in (decode rows [0, d), their padding [d, dp), the prompts from dp, the
+    slack last), and every padding lane reads only the dummy page. The wrong order kept here (padding lanes after
+    the prompts, kernel_args' own order) puts the prompt's queries one row early, and is caught."""
+    from minisgl_edu.attention.metadata import mixed_lanes
+    from minisgl_edu.exercises.swap import patched
+    from minisgl_edu.graphs import PREFILL_LANES
+    pool = PagePool(128, 1, 8, 64, torch.device("cpu"))
+    reqs = [Req(i, [0] * n, SamplingParams(max_tokens=4)) for i, n in enumerate((6, 9, 4, 20))]
+    for r in reqs:
+        r.table_idx, r.device_len = pool.take_row(), r.prompt_len
+    pool.assign_locations(reqs)
+    for r in reqs[:3]:
+        r.cached_len = r.device_len - 1  # three decode rows, then a prompt of 20
+    d, dp, t = 3, 4, 32  # the (4, 32) graph: decode rows padded to 4, 32 prompt rows
+
+    def lanes_of(fn):
+        args = kernel_args(fn(reqs, d, dp, pool.dummy_row), pool, dp + PREFILL_LANES, dp + t)
+        return args, args.cu_seqlens_q.tolist()
+    args, cu_q = lanes_of(mixed_lanes)
+    assert cu_q == [0, 1, 2, 3, 4, 24, 25, 26, dp + t]  # decode rows, one padding lane, the prompt at dp, slack
+    assert len(cu_q) - 1 == dp + PREFILL_LANES  # the lanes the graph's wrapper was built with
+    cu_k = args.cu_seqlens_k.tolist()
+    pad = [args.kv_indices[cu_k[i]:cu_k[i + 1]] for i in (3, 5, 6, 7)]
+    assert all(set(p.tolist()) == {pool.num_pages} for p in pad)  # padding and slack: the dummy slot only
+    at_the_end = patched("minisgl_edu.attention.metadata:mixed_lanes",
+                         ("reqs[:decode_rows] + [PadLane(dummy_row)] * (padded_size - decode_rows) + reqs[decode_rows:]",
+                          "reqs + [PadLane(dummy_row)] * (padded_size - decode_rows)"))
+    _, wrong = lanes_of(at_the_end)
+    assert wrong[3] != dp and cu_q[4] == dp  # the prompt's first query row: 3 instead of the graph's row 4
+
+
 def test_extend_over_a_cached_prefix_equals_one_prefill():
     """The causal offset read from KernelArgs: a prompt computed in two steps (prefix, then the rest)
     gives the rest the same attention output as one prefill of the whole prompt."""

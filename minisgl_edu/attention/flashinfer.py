@@ -14,7 +14,7 @@ from ..graphs import PREFILL_LANES
 from ..model.layers import fused_kernels
 from ..req import Batch
 from .base import AttentionBackend
-from .metadata import KernelArgs, PadLane, kernel_args
+from .metadata import KernelArgs, kernel_args, mixed_lanes
 
 CUDA_CORE_GROUP_SIZES = (1, 2, 3, 4, 8)  # GQA group sizes FlashInfer's CUDA-core decode kernel is built for
 # a mixed step's decode rows through FlashInfer's decode kernel and its prompts through the prefill kernel (True),
@@ -88,7 +88,7 @@ class FlashInferBackend(AttentionBackend):
         d, graph = batch.decode_rows, batch.padded_tokens > 0
         split = batch.padded_size if graph else d  # query rows of the decode part
         if not self.split_mixed:  # decode rows, their padding lanes, then the prompt lanes: one plan
-            lanes = batch.reqs[:d] + [PadLane(self.pool.dummy_row)] * (split - d) + batch.reqs[d:]
+            lanes = mixed_lanes(batch.reqs, d, split, self.pool.dummy_row)
             batch.attn_metadata = self.plan(batch, kernel_args(lanes, self.pool, split + PREFILL_LANES if graph else 0,
                                                                split + batch.padded_tokens if graph else 0))
             return

@@ -37,6 +37,12 @@ class PadLane(NamedTuple):
     device_len: int = 1
 
 
+def mixed_lanes(reqs: list, decode_rows: int, padded_size: int, dummy_row: int) -> list:
+    """A mixed graph's lanes for one prefill plan, in its rows' order (graphs.replay_prefill): the decode rows,
+    their padding lanes up to `padded_size`, then the prompts (kernel_args adds the prompt lanes' padding)."""
+    return reqs[:decode_rows] + [PadLane(dummy_row)] * (padded_size - decode_rows) + reqs[decode_rows:]
+
+
 def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0, padded_tokens: int = 0) -> KernelArgs:
     """Translate the ledgers of `reqs` (plus padding lanes up to `padded_size`) into kernel arguments; with
     `padded_tokens` (a prefill-step graph) the last padding lane also takes the tokens up to that capacity."""
