@@ -18,10 +18,10 @@ from .metadata import KernelArgs, kernel_args, mixed_lanes
 
 CUDA_CORE_GROUP_SIZES = (1, 2, 3, 4, 8)  # GQA group sizes FlashInfer's CUDA-core decode kernel is built for
 # a mixed step's decode rows through FlashInfer's decode kernel and its prompts through the prefill kernel (True),
-# or every row, decode rows as one-query lanes, through one prefill kernel (False); None: by head size. On the
-# H200 (64 decode rows + a 561-token prompt): one kernel 26.6 us a layer against 40.7 for the two with 64-wide
-# heads (SmolLM2; the decode kernel reads them at 1.7 TB/s), but no faster with 128-wide ones (Qwen3: 3.3 TB/s)
-SPLIT_MIXED: bool | None = None
+# or every row, decode rows as one-query lanes, through one prefill kernel (False). On the H200 one kernel made a
+# SmolLM2 mixed step's attention 40.7 -> 26.6 us a layer, but its plan over every lane costs the host more, and
+# served on one machine its ITL p99 was 3.17 ms against 2.80 (chapter 7): split stays the default
+SPLIT_MIXED = True
 
 
 @dataclass
@@ -46,8 +46,7 @@ class FlashInferBackend(AttentionBackend):
         prefill_bytes = max(workspace_bytes, split_kv_bytes(num_q_heads, self.kv_heads, self.head_dim, dev))
         self.prefill_workspace = torch.zeros(prefill_bytes, dtype=torch.uint8, device=dev)
         self.use_tensor_cores = num_q_heads // self.kv_heads not in CUDA_CORE_GROUP_SIZES
-        # read by graphs.py too: a one-kernel mixed graph's prompt lanes buffer holds the decode rows' keys
-        self.split_mixed = SPLIT_MIXED if SPLIT_MIXED is not None else self.head_dim >= 128
+        self.split_mixed = SPLIT_MIXED  # read by graphs.py too: a one-kernel mixed graph holds the decode rows' keys
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.prefill_workspace, "NHD", backend="fa2")
         self.decode_wrapper = self._decode_wrapper()
         self.graph_wrappers: dict[tuple[int, int], Any] = {}  # a graph's (batch size, tokens) -> its wrapper (graphs.py)
