@@ -5,8 +5,8 @@
 For each prompt length, one request alone through the real scheduler (normal loop): the wall time of
 `schedule`, of `launch` (the host's share: it returns once the forward is queued) and of the whole step
 after a synchronize (the device's share). With `--profile L` a torch.profiler table of that step's host
-ops (self CPU time) and its device kernels, then the Python functions its host time goes to (cProfile),
-beside `--decode-bs` decoding requests; `--host-profile L` the Python functions of 20 such launches. With
+ops (self CPU time) and its device kernels, beside `--decode-bs` decoding requests (where the host time goes,
+phase by phase: benchmarks/launch_phases.py; cProfile misattributed it). With
 `--decode-bs B` the same lengths once more, now with B requests decoding beside them (`--mixed-chunk` on: the mixed step; the prefill alone otherwise).
 """
 from __future__ import annotations
@@ -83,52 +83,6 @@ def profile(llm, n: int, g, decode_bs: int = 0) -> None:
     print(p.key_averages().table(sort_by="self_cpu_time_total", row_limit=25, max_name_column_width=60))
     if dev.type == "cuda":
         print(p.key_averages().table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=60))
-    import cProfile
-    import pstats
-    sched.add_request(next(UIDS), prompt(n, llm.engine.vocab_size, g), SamplingParams(max_tokens=1, ignore_eos=True))
-    pr = cProfile.Profile()
-    pr.enable()
-    timed_step(sched, dev)
-    pr.disable()
-    pstats.Stats(pr).sort_stats("tottime").print_stats(30)  # the Python functions the host time goes to
-
-
-def host_profile(llm, n: int, g, decode_bs: int, steps: int = 20) -> None:
-    """Where a mixed step's host time goes: cProfile over `steps` launches of a prompt of n beside decode_bs
-    decoding requests (a plain decode step between them), in microseconds per step, by own and by total time."""
-    import cProfile
-    import pstats
-    sched, dev = llm.scheduler, llm.engine.device
-    for _ in range(decode_bs):
-        sched.add_request(next(UIDS), prompt(600, llm.engine.vocab_size, g),
-                          SamplingParams(max_tokens=4 * steps, ignore_eos=True))
-    while sched.pending:
-        timed_step(sched, dev)
-    pr, phases, plain, between = cProfile.Profile(), [], [], []
-    for _ in range(steps):
-        sched.add_request(next(UIDS), prompt(n, llm.engine.vocab_size, g), SamplingParams(max_tokens=1, ignore_eos=True))
-        sync(dev)
-        batch = sched.schedule()
-        pr.enable()
-        t0 = time.perf_counter()
-        tokens = sched.launch(batch)
-        t1 = time.perf_counter()
-        pr.disable()
-        sync(dev)
-        phases.append(batch.phase if hasattr(batch, "phase") else sched.stats[-1].phase)
-        sched.process(batch, tokens.tolist())
-        between.append(timed_step(sched, dev))  # a decode step between
-        plain.append(timed_step(sched, dev)[1])  # and a mixed-free one unprofiled: its launch for comparison
-    print(f"host profile: {steps} launches ({set(phases)}) of a {n}-token prompt beside {decode_bs} decoding "
-          f"(profiled: slower); a decode step's launch (host) {statistics.median(plain):.2f} ms, whole step "
-          f"{statistics.median(b[2] for b in between):.2f} ms ({between[-1][3]})")
-    st = pstats.Stats(pr).stats
-    rows = [(f"{fn[0].split('/')[-1]}:{fn[1]}({fn[2]})", cc, tt / steps * 1e6, ct / steps * 1e6)
-            for fn, (cc, nc, tt, ct, _) in st.items()]
-    for title, key in (("own time", 2), ("total time", 3)):
-        print(f"  by {title} (us per launch):")
-        for name, calls, tt, ct in sorted(rows, key=lambda r: -r[key])[:25]:
-            print(f"    {tt:8.1f} own {ct:8.1f} total {calls / steps:6.1f} calls  {name}")
 
 
 def main() -> None:
@@ -139,7 +93,6 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--profile", type=int, default=0)
     ap.add_argument("--decode-bs", type=int, default=0)
-    ap.add_argument("--host-profile", type=int, default=0, help="prompt length: cProfile of mixed launches")
     ap.add_argument("--mixed-attention", choices=["split", "one"], default="split",
                     help="mixed steps: decode and prefill kernels (split, the default) or one prefill kernel")
     ap.add_argument("--llm-kwargs", default="", help="k=v,... extra LLM keywords (ints and floats parsed)")
@@ -162,8 +115,6 @@ def main() -> None:
         run_lengths(llm, lens[:3], args.reps, args.decode_bs, g)
     if args.profile:
         profile(llm, args.profile, g, args.decode_bs)
-    if args.host_profile:
-        host_profile(llm, args.host_profile, g, args.decode_bs)
 
 
 if __name__ == "__main__":
