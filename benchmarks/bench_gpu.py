@@ -408,7 +408,7 @@ def gemm_time(fn, reps: int = 20) -> tuple[float, int]:
 def gemm(bw: float) -> None:
     """Experiment: the decoder layer's four GEMMs (Qwen3-0.6B shapes) at M = 1, 8, 64 rows, as the model runs
     them (F.linear: cuBLAS), through cuBLASLt, as x @ W.T with W.T stored contiguous, and (M <= 8) through our
-    small_m_linear kernel: µs, share of the copy bandwidth for the weight reads, kernels per call (2 = split-K)."""
+    small_m_linear kernel, and (M = 1) as torch.mv: µs, share of the copy bandwidth for the weight reads, kernels per call (2 = split-K)."""
     import torch.nn.functional as F
     from minisgl_edu.model import qk_kernel
     print("\nGEMM experiment: the layer's GEMMs at small M", flush=True)
@@ -420,6 +420,8 @@ def gemm(bw: float) -> None:
         for m in (1, 8, 64):
             x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             fns = {"cublas": lambda: F.linear(x, w), "cublaslt": lambda: F.linear(x, w), "pretransposed": lambda: x @ wt}
+            if m == 1:  # one row as a matrix-vector product: cuBLAS's GEMV path (no split-K reduce?)
+                fns["mv"] = lambda: torch.mv(w, x[0])
             if m <= 8 and qk_kernel.small_m_linear(x, w) is not None:
                 fns["small_m"] = lambda: qk_kernel.small_m_linear(x, w)
             for variant, fn in fns.items():

@@ -1,11 +1,12 @@
 """Issue 18: what a step costs the host, and where: a graph's replay, the LM head, and each phase of a launch.
 
-    python benchmarks/launch_phases.py [--model DIR]
+    python benchmarks/launch_phases.py [--model DIR] [--ops]
 
 For the decode graph of 64 requests and the mixed graph (64 decode rows, 768 prompt rows): the host time of
 `replay()` with the GPU idle and with the GPU still busy with the previous replay, and the host time of the
 LM head's GEMM launched right after it (65 rows), against the same GEMM launched on an idle GPU. Then
-every phase of a real decode step and a real mixed step timed around its call (`in_engine`).
+every phase of a real decode step and a real mixed step timed around its call (`in_engine`). With --ops, the
+host's tensor operations of those steps, counted and timed by torch.profiler (`host_ops`).
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ def host_us(fn, reps: int = 50, busy=None) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=str(Path(__file__).resolve().parents[1] / "benchmarks/configs/smollm2-135m"))
+    ap.add_argument("--ops", action="store_true", help="then count and time the host's tensor operations per step")
     args = ap.parse_args()
     llm = LLM(args.model, dummy_weights=True)
     eng = llm.engine
@@ -54,6 +56,8 @@ def main() -> None:
             print(f"  {name:24s} replay, GPU idle: {host_us(g.replay):8.1f}   GPU busy: {host_us(g.replay, busy=busy):8.1f}"
                   f"   then the LM head: {host_us(logits, busy=g.replay):8.1f}")
     in_engine(llm)
+    if args.ops:
+        host_ops(llm)
 
 
 def in_engine(llm, steps: int = 20) -> None:
@@ -134,6 +138,42 @@ def run_phases(sched, steps, step_times, uids, ids) -> None:
               f"median of {steps}:")
         for k, v in per.items():
             print(f"    {k:32s} {statistics.median(v):8.1f}")
+    while not sched.idle:
+        sched.step()
+
+
+def host_ops(llm, steps: int = 20) -> None:
+    """The aten operations a decode step and a mixed step issue on the host (schedule + launch, GPU idle before
+    each step): calls per step and self CPU us per step, largest first, from torch.profiler (CPU activity only)."""
+    import itertools
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from minisgl_edu import SamplingParams
+    from minisgl_edu.bench import fresh_scheduler
+    sched = fresh_scheduler(llm, overlap=False)
+    uids, g = itertools.count(), torch.Generator().manual_seed(1)
+    ids = lambda n: torch.randint(0, 10000, (n,), generator=g).tolist()
+    for _ in range(64):
+        sched.add_request(next(uids), ids(600), SamplingParams(max_tokens=4 * steps, ignore_eos=True))
+    while sched.pending:
+        sched.step()
+    for phase in ("decode", "mixed"):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                if phase == "mixed":
+                    sched.add_request(next(uids), ids(561), SamplingParams(max_tokens=1, ignore_eos=True))
+                torch.cuda.synchronize()
+                batch = sched.schedule()
+                tokens = sched.launch(batch)
+                torch.cuda.synchronize()
+                sched.process(batch, tokens.tolist())
+        rows = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+        top = [e for e in rows if e.count >= steps][:25]
+        print(f"  host ops of a {phase} step (per step, from {steps} steps; self CPU us incl. profiler overhead):")
+        print(f"    {sum(e.count for e in rows if not e.key.startswith('cuda')) / steps:7.1f} aten/cuda calls in all")
+        for e in top:
+            print(f"    {e.key[:44]:44s} {e.count / steps:6.1f} calls {e.self_cpu_time_total / steps:8.1f} us")
     while not sched.idle:
         sched.step()
 
