@@ -130,17 +130,18 @@ class PagePool:
         """Give every position in [cached_len, device_len) a slot (a partial last page first); return out_loc."""
         ps = self.page_size
         cached, ext, rows, pos = extend_spans(reqs)
+        to_dev = lambda a: to_device(a, self.device)
+        if ps == 1:  # every position opens its own page, in order: out_loc is the pages themselves
+            pages = self.take_pages(len(pos))
+            flat = to_dev(rows * self.page_table.shape[1] + pos)  # one copy, one write into the flat table
+            self.page_table.view(-1).index_copy_(0, flat, pages)
+            return pages
         first_new = cdiv(cached, ps)  # logical pages below this already exist
         new_pages = cdiv(cached + ext, ps) - first_new
         lp = pos // ps
         is_new = lp >= np.repeat(first_new, ext)
         order = np.repeat(np.cumsum(new_pages) - new_pages - first_new, ext) + lp  # index into `pages`
         pages = self.take_pages(int(new_pages.sum()))
-        to_dev = lambda a: to_device(a, self.device)
-        if ps == 1:  # every position opens its own page, in order (order == arange): out_loc is `pages` itself
-            flat = to_dev(rows * self.page_table.shape[1] + pos)  # one copy, one write into the flat table
-            self.page_table.view(-1).index_copy_(0, flat, pages)
-            return pages
         rows_t, pos_t = to_dev(np.stack([rows, pos]))  # one copy to the device
         if is_new.all():  # the common case
             loc = pages[to_dev(order)] * ps + (pos_t % ps).to(torch.int32)

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import torch
+import numpy as np
 
-from .paging import PagePool, cdiv
+from .paging import PagePool, cdiv, to_device
 from .req import Req
 
 
@@ -55,8 +55,10 @@ class PrefillAdder:
                 return self._stop("5: no longer fits once its prefix is locked")
             req.cache_handle, req.matched_len = node, matched
             row = req.table_idx = self.pool.take_row()
-            self.pool.page_table[row, :matched] = locs[:matched]
-            self.pool.token_pool[row, : req.prompt_len] = torch.tensor(req.token_ids[: req.prompt_len], dtype=torch.int32)
+            if matched:
+                self.pool.page_table[row, :matched] = locs[:matched]
+            prompt = to_device(np.asarray(req.token_ids[: req.prompt_len], np.int32), self.pool.device)  # pinned: no wait
+            self.pool.token_pool[row, : req.prompt_len].copy_(prompt, non_blocking=True)
         else:
             need = pages_to_finish(req, ps)  # a chunked request continuing: its reservation is renewed
         chunk = min(req.prompt_len - req.cached_len, self.token_budget)

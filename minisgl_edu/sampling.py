@@ -95,6 +95,8 @@ class SamplingCache:
             token_pool: torch.Tensor | None = None) -> SamplingTensors:
         if self.st is not None and self.reqs == reqs:  # Req compares by identity: one C-level pass
             return self.st
+        if all(r.plain_greedy for r in reqs):  # the common batch: an argmax needs no tensor, whoever joined
+            return SamplingTensors(None, None, None, True, False, [])
         st = SamplingTensors.from_reqs(reqs, vocab, device, eos_token_ids, token_pool)
         self.reqs, self.st = ([], None) if any(map(per_step, reqs)) else (list(reqs), st)
         return st

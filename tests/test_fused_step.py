@@ -116,9 +116,12 @@ def test_sampling_cache_reuses_only_what_does_not_change_per_step():
                                       ({"repetition_penalty": 1.2}, False), ({"top_k": 3}, True)])
 def test_plain_greedy_only_without_controls(kw, plain):
     """Only a plain greedy batch may skip the float32 logits (top_k without temperature is still greedy)."""
-    st = SamplingTensors.from_reqs(reqs_at([SamplingParams(), SamplingParams(**kw)]), V,
-                                   torch.device("cpu"), eos_token_ids=(0,))
+    reqs = reqs_at([SamplingParams(), SamplingParams(**kw)])
+    st = SamplingTensors.from_reqs(reqs, V, torch.device("cpu"), eos_token_ids=(0,))
     assert st.plain_greedy is plain
+    assert reqs[1].plain_greedy is plain  # decided once per request: the cache's shortcut below relies on it
+    via_cache = SamplingCache().get(reqs, V, torch.device("cpu"), eos_token_ids=(0,))
+    assert via_cache.plain_greedy is plain and (via_cache.temperature is None) is (kw.get("temperature", 0) == 0)
 
 
 def _layout_ok(lin, w, x, y) -> bool:

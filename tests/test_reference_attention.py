@@ -136,6 +136,36 @@ def test_one_kernel_mixed_lanes_follow_the_graph_rows():
     assert wrong[3] != dp and cu_q[4] == dp  # the prompt's first query row: 3 instead of the graph's row 4
 
 
+def test_split_args_equal_a_kernel_args_per_part():
+    """A split mixed step plans its decode kernel and its prefill kernel from one kernel_args over every lane
+    (`split_args`: views, the prompt part's prefix sums rebased to 0). Each part must equal kernel_args of that
+    part alone, as the backend called it before: in a graph (decode rows padded, prompt lanes and slack) and
+    eager. The wrong split kept here (the prompt part's prefix sums left where the decode rows end) is caught."""
+    from minisgl_edu.attention.metadata import mixed_lanes, split_args
+    from minisgl_edu.exercises.swap import patched
+    from minisgl_edu.graphs import PREFILL_LANES
+    pool = PagePool(256, 1, 8, 64, torch.device("cpu"))
+    reqs = [Req(i, [0] * n, SamplingParams(max_tokens=4)) for i, n in enumerate((6, 9, 4, 20, 7))]
+    for r in reqs:
+        r.table_idx, r.device_len = pool.take_row(), r.prompt_len
+    pool.assign_locations(reqs)
+    for r in reqs[:3]:
+        r.cached_len = r.device_len - 1  # three decode rows, then prompts of 20 and 7
+    fields = ("cu_seqlens_q", "cu_seqlens_k", "seq_lens_k", "kv_indices", "last_page_len")
+    same = lambda x, y: all(torch.equal(getattr(x, f), getattr(y, f)) for f in fields) and x.num_padding == y.num_padding
+
+    def check(split_fn, dp, t):  # dp decode lanes (padded), t prompt rows (0: eager)
+        d, graph = 3, t > 0
+        args = kernel_args(mixed_lanes(reqs, d, dp, pool.dummy_row), pool, dp + PREFILL_LANES if graph else 0,
+                           dp + t if graph else 0)
+        decode, prompts = split_fn(args, dp, d)
+        return (same(decode, kernel_args(reqs[:d], pool, dp if graph else 0)) and
+                same(prompts, kernel_args(reqs[d:], pool, PREFILL_LANES if graph else 0, t)))
+    assert check(split_args, 4, 32) and check(split_args, 3, 0)  # the (4, 32) graph; an eager mixed step
+    not_rebased = patched("minisgl_edu.attention.metadata:split_args", ("cu_k[split:] - k0", "cu_k[split:]"))
+    assert not check(not_rebased, 4, 32) and not check(not_rebased, 3, 0)
+
+
 def test_extend_over_a_cached_prefix_equals_one_prefill():
     """The causal offset read from KernelArgs: a prompt computed in two steps (prefix, then the rest)
     gives the rest the same attention output as one prefill of the whole prompt."""

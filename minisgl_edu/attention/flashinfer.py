@@ -14,7 +14,7 @@ from ..graphs import PREFILL_LANES
 from ..model.layers import fused_kernels
 from ..req import Batch
 from .base import AttentionBackend
-from .metadata import KernelArgs, kernel_args, mixed_lanes
+from .metadata import KernelArgs, kernel_args, mixed_lanes, split_args
 
 CUDA_CORE_GROUP_SIZES = (1, 2, 3, 4, 8)  # GQA group sizes FlashInfer's CUDA-core decode kernel is built for
 # a mixed step's decode rows through FlashInfer's decode kernel and its prompts through the prefill kernel (True),
@@ -86,16 +86,16 @@ class FlashInferBackend(AttentionBackend):
             return super().prepare(batch)
         d, graph = batch.decode_rows, batch.padded_tokens > 0
         split = batch.padded_size if graph else d  # query rows of the decode part
-        if not self.split_mixed:  # decode rows, their padding lanes, then the prompt lanes: one plan
-            lanes = mixed_lanes(batch.reqs, d, split, self.pool.dummy_row)
-            batch.attn_metadata = self.plan(batch, kernel_args(lanes, self.pool, split + PREFILL_LANES if graph else 0,
-                                                               split + batch.padded_tokens if graph else 0))
+        # decode rows, their padding lanes, then the prompt lanes (and theirs): one kernel_args for all of them
+        lanes = mixed_lanes(batch.reqs, d, split, self.pool.dummy_row)
+        args = kernel_args(lanes, self.pool, split + PREFILL_LANES if graph else 0, split + batch.padded_tokens if graph else 0)
+        if not self.split_mixed or not split:  # one plan over every lane
+            batch.attn_metadata = self.plan(batch, args)
             return
-        md = self.plan(batch, kernel_args(batch.reqs[d:], self.pool, PREFILL_LANES if graph else 0, batch.padded_tokens))
-        if split:
-            md.decode = self._plan_decode(kernel_args(batch.reqs[:d], self.pool, split if graph else 0),
-                                          self.graph_wrappers[split, 0] if graph else self.decode_wrapper)
-            md.split = split
+        decode_args, prompt_args = split_args(args, split, d)
+        md = self.plan(batch, prompt_args)
+        md.decode = self._plan_decode(decode_args, self.graph_wrappers[split, 0] if graph else self.decode_wrapper)
+        md.split = split
         batch.attn_metadata = md
 
     def _plan_decode(self, args: KernelArgs, w):

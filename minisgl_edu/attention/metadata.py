@@ -71,6 +71,20 @@ def kernel_args(reqs: list[Req], pool: PagePool, padded_size: int = 0, padded_to
                       host[3 * b + 2:4 * b + 2], pads)
 
 
+def split_args(args: KernelArgs, split: int, decode_rows: int) -> tuple[KernelArgs, KernelArgs]:
+    """A mixed step's KernelArgs over `mixed_lanes` as two: the first `split` lanes (the decode rows, padded) for
+    the decode kernel, the rest for the prefill kernel. Views of one kernel_args (one copy, one gather launch);
+    only the prompt part's prefix sums are new, rebased to start at 0 (a small pinned buffer, no copy)."""
+    cu_q, cu_k = args.cu_seqlens_q.numpy(), args.cu_seqlens_k.numpy()
+    k0, n = int(cu_k[split]), len(cu_q) - split  # the prompt part's first key; its prefix sums' length
+    rebased = to_device(np.concatenate([cu_q[split:] - cu_q[split], cu_k[split:] - k0]), args.kv_indices.device, host=True)
+    decode = KernelArgs(args.cu_seqlens_q[:split + 1], args.cu_seqlens_k[:split + 1], args.seq_lens_k[:split],
+                        args.kv_indices[:k0], args.last_page_len[:split], split - decode_rows)
+    prompts = KernelArgs(rebased[:n], rebased[n:], args.seq_lens_k[split:], args.kv_indices[k0:],
+                         args.last_page_len[split:], args.num_padding)
+    return decode, prompts
+
+
 def gather_slots(pool: PagePool, host: torch.Tensor, b: int, total: int) -> torch.Tensor | None:
     """kernel_args' slots by our one-launch kernel (model/kv_indices.cu), from one copy of the pinned buffer
     (cu_k at [b + 1, 2b + 2), the rows at [4b + 2, 5b + 2)); None off CUDA or without the cubin."""
