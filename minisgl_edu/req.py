@@ -82,14 +82,11 @@ class Req:
     finish_reason: str | None = None  # "stop" | "length" | "abort"
     clamped: bool = False  # max_tokens was cut to fit the context
     grammar: Any = None  # grammar.GrammarState when sampling.json_schema is set (chapter 9)
-    plain_greedy: bool = field(init=False, repr=False)  # for its whole life its row needs only the argmax (chapter 9)
+    plain: bool | None = field(default=None, init=False, repr=False)  # sampling.plain_greedy's verdict, once
 
     def __post_init__(self) -> None:
         self.prompt_len = self.prompt_len or len(self.token_ids)
         self.max_device_len = self.max_device_len or self.prompt_len + self.sampling.max_tokens
-        p = self.sampling  # greedy, and no control or logprobs reads the logits: decided once, not every step
-        self.plain_greedy = p.temperature == 0 and not p.logit_bias and p.min_tokens == 0 and p.logprobs is None \
-            and not p.needs_penalties and p.json_schema is None
 
     @property
     def extend_len(self) -> int:

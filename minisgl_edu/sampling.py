@@ -77,6 +77,16 @@ class SamplingTensors:
             self.penalties is None and self.allowed is None
 
 
+def plain_greedy(r: Req) -> bool:
+    """Whether `r`'s row needs only the argmax for its whole life: greedy, and no control or logprobs reads the
+    logits (decided at its first step and kept on the request: a batch's check is then one pass)."""
+    if r.plain is None:
+        p = r.sampling
+        r.plain = p.temperature == 0 and not p.logit_bias and p.min_tokens == 0 and p.logprobs is None and \
+            not p.needs_penalties and p.json_schema is None
+    return r.plain
+
+
 def per_step(r: Req) -> bool:
     """Whether `r`'s sampling tensors change from step to step: a seed mixed with the position, penalties over
     its tokens so far, a min_tokens ban that lifts, a grammar mask."""
@@ -95,7 +105,7 @@ class SamplingCache:
             token_pool: torch.Tensor | None = None) -> SamplingTensors:
         if self.st is not None and self.reqs == reqs:  # Req compares by identity: one C-level pass
             return self.st
-        if all(r.plain_greedy for r in reqs):  # the common batch: an argmax needs no tensor, whoever joined
+        if all(map(plain_greedy, reqs)):  # the common batch: an argmax needs no tensor, whoever joined
             return SamplingTensors(None, None, None, True, False, [])
         st = SamplingTensors.from_reqs(reqs, vocab, device, eos_token_ids, token_pool)
         self.reqs, self.st = ([], None) if any(map(per_step, reqs)) else (list(reqs), st)

@@ -15,7 +15,7 @@ import torch
 from minisgl_edu import SamplingParams
 from minisgl_edu.paging import extend_spans
 from minisgl_edu.req import Req
-from minisgl_edu.sampling import SamplingCache, SamplingTensors, per_step
+from minisgl_edu.sampling import SamplingCache, SamplingTensors, per_step, plain_greedy
 from tiny_model import one_thread, tiny_llm, tiny_model_dir  # noqa: F401 (fixture)
 
 V = 97
@@ -119,7 +119,7 @@ def test_plain_greedy_only_without_controls(kw, plain):
     reqs = reqs_at([SamplingParams(), SamplingParams(**kw)])
     st = SamplingTensors.from_reqs(reqs, V, torch.device("cpu"), eos_token_ids=(0,))
     assert st.plain_greedy is plain
-    assert reqs[1].plain_greedy is plain  # decided once per request: the cache's shortcut below relies on it
+    assert plain_greedy(reqs[1]) is plain  # decided once per request: the cache's shortcut below relies on it
     via_cache = SamplingCache().get(reqs, V, torch.device("cpu"), eos_token_ids=(0,))
     assert via_cache.plain_greedy is plain and (via_cache.temperature is None) is (kw.get("temperature", 0) == 0)
 
