@@ -135,9 +135,13 @@ class GraphRunner:
         d, (dp, t) = batch.decode_rows, (batch.padded_size, batch.padded_tokens)
         n = len(batch.positions)
         for buf, rows in ((self.input_ids, batch.input_ids), (self.positions, batch.positions), (self.out_loc, batch.out_loc)):
+            if d == dp:  # no decode padding: the rows are in the graph's order already, one copy
+                buf[:n].copy_(rows, non_blocking=True)
+                continue
             buf[:d].copy_(rows[:d], non_blocking=True)
             buf[dp:dp + n - d].copy_(rows[d:], non_blocking=True)
-        self.out_loc[d:dp].fill_(self.dummy_slot)  # padding lanes and the slack lane write only the dummy page
+        if d < dp:
+            self.out_loc[d:dp].fill_(self.dummy_slot)  # padding lanes and the slack lane write only the dummy page
         self.out_loc[dp + n - d:dp + t].fill_(self.dummy_slot)
         self.prefill_graphs[dp, t].replay()
         out = self.prefill_outputs[dp, t]

@@ -29,10 +29,11 @@ class StepStats:
 
     @classmethod
     def of(cls, batch) -> StepStats:
-        hit = sum(r.matched_len for r in batch.reqs if r.cached_len == r.matched_len) if batch.is_prefill else 0
         rows = batch.decode_rows if batch.is_prefill else batch.size
+        prompts = batch.reqs[rows:]  # a decode row extends one token and has no hit (matched_len < its cached_len)
+        hit = sum(r.matched_len for r in prompts if r.cached_len == r.matched_len)
         phase = "mixed" if batch.is_prefill and rows else batch.phase  # a prefill step decode rows ride in
-        return cls(phase, batch.size, sum(r.extend_len for r in batch.reqs), hit, rows)
+        return cls(phase, batch.size, rows + sum(r.extend_len for r in prompts), hit, rows)
 
 
 class StepTime(NamedTuple):

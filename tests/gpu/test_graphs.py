@@ -103,7 +103,8 @@ def test_prefill_graph_replay_equals_eager(split_mixed, monkeypatch):
     chunked = new_req(engine, 1, 600, g)
     chunked.device_len = 200  # its first chunk: [0, 200) this step, the rest later from cached_len 200
     shapes = {"one prompt alone": [new_req(engine, 0, 100, g)], "first chunk of a long prompt": [chunked],
-              "7 decode rows + a prompt of 300": decoding + [new_req(engine, 2, 300, g)]}
+              "7 decode rows + a prompt of 300": decoding + [new_req(engine, 2, 300, g)],
+              "4 decode rows (no decode padding) + a prompt of 50": decoding[:4] + [new_req(engine, 20, 50, g)]}
     for name, reqs in shapes.items():
         batch = Batch(reqs, "prefill", decode_rows=sum(r.is_decoding for r in reqs))  # decode rows first
         batch.out_loc = engine.pool.assign_locations(reqs)
