@@ -75,10 +75,13 @@ def test_flashinfer_matches_reference(q_heads, kv_heads, head_dim, page_size):
         step(reqs, "decode", "decode")
 
 
-def test_kv_indices_kernel_equals_the_torch_gather():
+def test_kv_indices_kernel_equals_the_torch_gather(monkeypatch):
     """kernel_args' slots from our one-launch kernel (model/kv_indices.cu) == the PyTorch gather, its twin
-    (`--no-fused-kernels`), exactly: a prefill with a cached prefix, a decode batch, padding lanes, a slack lane."""
+    (`--no-fused-kernels`), exactly: a prefill with a cached prefix, a decode batch, padding lanes, a slack lane.
+    The wrong launch kept at the end (the rows read from the buffer's last_page_len slice) is caught."""
+    from minisgl_edu.attention import metadata
     from minisgl_edu.attention.metadata import kernel_args
+    from minisgl_edu.exercises.swap import patched
     from minisgl_edu.model import qk_kernel
     from minisgl_edu.model.layers import KERNELS
     dev = torch.device("cuda")
@@ -109,5 +112,13 @@ def test_kv_indices_kernel_equals_the_torch_gather():
             assert torch.equal(ours.kv_indices, twin.kv_indices), name
             assert torch.equal(ours.cu_seqlens_k, twin.cu_seqlens_k)
             assert torch.equal(ours.last_page_len, twin.last_page_len)
+        KERNELS.fused = False
+        right = kernel_args(reqs[2:], pool, padded_size=16).kv_indices  # the twin's slots for the padded decode rows
+        KERNELS.fused = True
+        monkeypatch.setattr(metadata, "gather_slots",
+                            patched("minisgl_edu.attention.metadata:gather_slots", ("meta[4 * b + 2:]", "meta[3 * b + 2:]")))
+        wrong = kernel_args(reqs[2:], pool, padded_size=16).kv_indices
+        report(check="kv_indices_kernel_mutant_caught", shape="rows read from the last_page_len slice")
+        assert wrong.shape == right.shape and not torch.equal(wrong, right)
     finally:
         KERNELS.fused = True
