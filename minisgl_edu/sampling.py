@@ -106,7 +106,8 @@ class SamplingCache:
         if self.st is not None and self.reqs == reqs:  # Req compares by identity: one C-level pass
             return self.st
         if all(map(plain_greedy, reqs)):  # the common batch: an argmax needs no tensor, whoever joined
-            return SamplingTensors(None, None, None, True, False, [])
+            self.reqs, self.st = list(reqs), SamplingTensors(None, None, None, True, False, [])
+            return self.st
         st = SamplingTensors.from_reqs(reqs, vocab, device, eos_token_ids, token_pool)
         self.reqs, self.st = ([], None) if any(map(per_step, reqs)) else (list(reqs), st)
         return st

@@ -120,8 +120,11 @@ def test_plain_greedy_only_without_controls(kw, plain):
     st = SamplingTensors.from_reqs(reqs, V, torch.device("cpu"), eos_token_ids=(0,))
     assert st.plain_greedy is plain
     assert plain_greedy(reqs[1]) is plain  # decided once per request: the cache's shortcut below relies on it
-    via_cache = SamplingCache().get(reqs, V, torch.device("cpu"), eos_token_ids=(0,))
+    cache = SamplingCache()
+    via_cache = cache.get(reqs, V, torch.device("cpu"), eos_token_ids=(0,))
     assert via_cache.plain_greedy is plain and (via_cache.temperature is None) is (kw.get("temperature", 0) == 0)
+    if plain:  # the shortcut is remembered too: the next step of the same batch is one identity check
+        assert cache.get(list(reqs), V, torch.device("cpu"), eos_token_ids=(0,)) is via_cache
 
 
 def _layout_ok(lin, w, x, y) -> bool:
