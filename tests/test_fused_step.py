@@ -161,12 +161,13 @@ def test_host_threads_must_be_positive():
 
 def test_host_threads_for_every_process_kind(monkeypatch):
     """The one rule (config.host_threads_for) that Engine.__init__ and each scheduler rank apply: explicit wins;
-    CUDA takes 4 (fewer cores: all); a CPU rank takes its share of the cores less one; an offline CPU engine None."""
+    CUDA takes 4 (fewer cores: all); a CPU rank takes its share of the cores (its OpenMP threads wait passively:
+    the launcher's child_env); an offline CPU engine None."""
     import os
 
     from minisgl_edu.config import SchedulerConfig, host_threads_for
     cfg = lambda **kw: SchedulerConfig(model_path="x", device="cpu", **kw)
-    for cores, tp, cuda, cpu_rank in ((16, 1, 4, 15), (16, 2, 4, 7), (2, 1, 2, 1), (2, 2, 2, 1)):
+    for cores, tp, cuda, cpu_rank in ((16, 1, 4, 16), (16, 2, 4, 8), (2, 1, 2, 2), (2, 2, 2, 1)):
         monkeypatch.setattr(os, "cpu_count", lambda: cores)
         for rank_process in (False, True):
             assert host_threads_for(cfg(tp=tp), "cuda", rank_process) == cuda
@@ -175,7 +176,23 @@ def test_host_threads_for_every_process_kind(monkeypatch):
         assert host_threads_for(cfg(tp=tp), "cpu", rank_process=True) == cpu_rank
         assert host_threads_for(cfg(tp=tp), "cpu") is None  # the whole machine is the offline engine's
     from minisgl_edu.config import EngineConfig
-    assert host_threads_for(EngineConfig(model_path="x", device="cpu"), "cpu", rank_process=True) == 1  # no tp field: one rank
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert host_threads_for(EngineConfig(model_path="x", device="cpu"), "cpu", rank_process=True) == 2  # no tp field: one rank
+
+
+def test_child_env_sets_only_what_is_unset_and_restores(monkeypatch):
+    """The launcher starts CPU ranks with OMP_WAIT_POLICY=PASSIVE in their environment, unless the user set it."""
+    import os
+
+    from minisgl_edu.server.launcher import child_env
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    with child_env(OMP_WAIT_POLICY="PASSIVE"):
+        assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert "OMP_WAIT_POLICY" not in os.environ
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    with child_env(OMP_WAIT_POLICY="PASSIVE"):
+        assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"  # the user's choice wins
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_host_threads_is_applied_by_the_engine(tiny):

@@ -11,6 +11,7 @@ import os
 import shutil
 import threading
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 from ..messages import ExitMsg
@@ -68,13 +69,27 @@ def start_workers(cfg: SchedulerConfig, frontend: bool = True) -> Workers:
                             name=worker_name(i, n)) for i in range(n + 1 if frontend else 0)]
     workers = Workers(addrs, procs, ack, [addrs.tokenizer(i) for i in range(n)] if frontend else [addrs.scheduler])
     try:
-        for p in procs:
-            p.start()
+        # a CPU rank's OpenMP threads sleep when they wait: the API and tokenizers share its cores (config.host_threads_for)
+        with child_env(OMP_WAIT_POLICY="PASSIVE") if cfg.device == "cpu" else nullcontext():
+            for p in procs:
+                p.start()  # a spawned child reads the environment as it starts
         wait_for_acks(workers, cfg.startup_timeout)
     except BaseException:
         stop_workers(workers, graceful=False)
         raise
     return workers
+
+
+@contextmanager
+def child_env(**env: str):
+    """Set these environment variables (unless already set) for the processes started inside; then restore."""
+    added = [k for k in env if k not in os.environ]
+    os.environ.update({k: env[k] for k in added})
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
 
 
 def expected_acks(tp: int, num_tokenizers: int) -> set[str]:
