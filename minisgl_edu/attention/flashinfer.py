@@ -80,8 +80,9 @@ class FlashInferBackend(AttentionBackend):
 
     def prepare(self, batch: Batch) -> None:
         """A prefill step's decode rows (a mixed step: the first `decode_rows` requests, padded to a graph's
-        `padded_size`) go through the decode kernel, its prompts through the prefill kernel, each planned once;
-        or (`split_mixed` False) all of them through the prefill kernel, in one plan."""
+        `padded_size`) go through the decode kernel, its prompts through the prefill kernel, each planned once
+        from its part of one kernel_args (split_args); or (`split_mixed` False) all of them through the prefill
+        kernel, in one plan."""
         if not batch.is_prefill:
             return super().prepare(batch)
         d, graph = batch.decode_rows, batch.padded_tokens > 0

@@ -38,8 +38,9 @@ class PadLane(NamedTuple):
 
 
 def mixed_lanes(reqs: list, decode_rows: int, padded_size: int, dummy_row: int) -> list:
-    """A mixed graph's lanes for one prefill plan, in its rows' order (graphs.replay_prefill): the decode rows,
-    their padding lanes up to `padded_size`, then the prompts (kernel_args adds the prompt lanes' padding)."""
+    """A mixed step's lanes in its graph rows' order (graphs.replay_prefill): the decode rows, their padding lanes
+    up to `padded_size`, then the prompts (kernel_args adds the prompt lanes' padding). One kernel_args over them
+    serves one prefill plan, or both kernels through split_args."""
     return reqs[:decode_rows] + [PadLane(dummy_row)] * (padded_size - decode_rows) + reqs[decode_rows:]
 
 
