@@ -341,7 +341,7 @@ def p1_plain(llm: LLM, bw: float) -> None:
         llm.engine.lean_step = True
 
 
-def experiment(bw: float, tag: str, sizes: tuple[int, ...]) -> None:
+def experiment(bw: float, tag: str, sizes: tuple[int, ...], with_p1: bool = True) -> None:
     """A fresh engine under the experiment's switch (set by the caller before): kernels per decoder layer in
     the graph replay, decode step (and its host time) and replay alone at `sizes`, then P1."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -362,7 +362,8 @@ def experiment(bw: float, tag: str, sizes: tuple[int, ...]) -> None:
         record(f"{tag}_replay_only_bs{bs}", replay * 1e3, "ms", replay / floor, tag)
         record(f"{tag}_kernels_per_layer_bs{bs}", len(layer), "kernels", sum(t for _, t in layer),
                f"{tag}, graph replay; ratio = us per layer: " + ", ".join(f"{n[:32]} {t:.1f}" for n, t in layer))
-    p1(llm, bw, tag=f"_{tag}")
+    if with_p1:
+        p1(llm, bw, tag=f"_{tag}")
 
 
 def tensor_core_decode(bw: float) -> None:
@@ -390,15 +391,18 @@ def blaslt(bw: float) -> None:
 
 
 def small_m_kernels(bw: float) -> None:
-    """Experiment: our kernels for <= 8 rows (`KERNELS.small_m`, model/silu_mul_down.cu): o_proj, and SiLU-and-mul
-    + down GEMM in one launch."""
-    from minisgl_edu.model import layers
-    print("\nSMALLM experiment: our kernels for <= 8 rows (o_proj; SiLU-and-mul + down GEMM in one launch)", flush=True)
-    layers.KERNELS.small_m = True
+    """Experiment: one row through our GEMV (`KERNELS.small_m`, model/gemv.cu): q|k|v, o_proj, gate|up, and
+    SiLU-and-mul + down in one launch ("smallm"); then o_proj and the MLP's tail only ("smallm_tail")."""
+    from minisgl_edu.model import layers, qk_kernel
+    print("\nSMALLM experiment: one row through our GEMV (all four products; then o_proj and SiLU-and-mul + down)", flush=True)
+    layers.KERNELS.small_m, saved = True, dict(qk_kernel.GEMV_CONFIG)
     try:
-        experiment(bw, "smallm", (1, 8))
+        experiment(bw, "smallm", (1,))
+        qk_kernel.GEMV_CONFIG["column"] = None
+        experiment(bw, "smallm_tail", (1,), with_p1=False)
     finally:
         layers.KERNELS.small_m = False
+        qk_kernel.GEMV_CONFIG.update(saved)
 
 
 def gemm_time(fn, reps: int = 20) -> tuple[float, int]:
@@ -420,8 +424,8 @@ def gemm_time(fn, reps: int = 20) -> tuple[float, int]:
 
 def gemm(bw: float) -> None:
     """Experiment: the decoder layer's four GEMMs (Qwen3-0.6B shapes) at M = 1, 8, 64 rows, as the model runs
-    them (F.linear: cuBLAS), through cuBLASLt, as x @ W.T with W.T stored contiguous, and (M <= 8) through our
-    small_m_linear kernel, and (M = 1) as torch.mv: µs, share of the copy bandwidth for the weight reads, kernels per call (2 = split-K)."""
+    them (F.linear: cuBLAS), through cuBLASLt, as x @ W.T with W.T stored contiguous, and (M = 1) through our
+    GEMV (model/gemv.cu) and as torch.mv: µs, share of the copy bandwidth for the weight reads, kernels per call (2 = split-K)."""
     import torch.nn.functional as F
     from minisgl_edu.model import qk_kernel
     print("\nGEMM experiment: the layer's GEMMs at small M", flush=True)
@@ -435,8 +439,8 @@ def gemm(bw: float) -> None:
             fns = {"cublas": lambda: F.linear(x, w), "cublaslt": lambda: F.linear(x, w), "pretransposed": lambda: x @ wt}
             if m == 1:  # one row as a matrix-vector product: cuBLAS's GEMV path (no split-K reduce?)
                 fns["mv"] = lambda: torch.mv(w, x[0])
-            if m <= 8 and qk_kernel.small_m_linear(x, w) is not None:
-                fns["small_m"] = lambda: qk_kernel.small_m_linear(x, w)
+            if m == 1 and qk_kernel.gemv(x, w) is not None:
+                fns["gemv"] = lambda: qk_kernel.gemv(x, w)
             for variant, fn in fns.items():
                 torch.backends.cuda.preferred_blas_library("cublaslt" if variant == "cublaslt" else "cublas")
                 try:
@@ -449,6 +453,47 @@ def gemm(bw: float) -> None:
     torch.backends.cuda.preferred_blas_library(before)
 
 
+def gemv_sweep(bw: float) -> None:
+    """Experiment: our one-row kernel (model/gemv.cu) at every (threads, rows per block) it is built for, against
+    cuBLAS, on the decoder layer's four products of Qwen3-0.6B and SmolLM2-135M at M = 1 (down: SiLU-and-mul
+    + down GEMM against FlashInfer's silu_and_mul + cuBLAS): us, share of the copy bandwidth, kernels per call,
+    and the error against the float32 product."""
+    import torch.nn.functional as F
+    from minisgl_edu.model import layers, qk_kernel
+    print("\nGEMV experiment: one row through each product, our kernel's configurations against cuBLAS", flush=True)
+    shapes = {"qwen3": {"qkv": (1024, 4096), "o_proj": (2048, 1024), "gate_up": (1024, 6144), "down": (3072, 1024)},
+              "smollm2": {"qkv": (576, 960), "o_proj": (576, 576), "gate_up": (576, 3072), "down": (1536, 576)}}
+    for model, table in shapes.items():
+        for name, (k, n) in table.items():
+            silu = name == "down"
+            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+            x = torch.randn(1, 2 * k if silu else k, device="cuda", dtype=torch.bfloat16)
+            if silu:
+                exact = F.linear(layers.silu_and_mul(x).float(), w.float())
+                fns = {"cublas": lambda: F.linear(layers.silu_and_mul(x), w)}
+            else:
+                exact = F.linear(x.float(), w.float())
+                wc = w.t().contiguous().t()
+                fns = {"cublas": lambda: F.linear(x, w), "cublas_colmajor": lambda: F.linear(x, wc)}
+            for t, r in qk_kernel.GEMV_BUILT:
+                if qk_kernel.gemv(x, w, silu, (t, r)) is not None:
+                    fns[f"t{t}_r{r}"] = (lambda t=t, r=r: qk_kernel.gemv(x, w, silu, (t, r)))
+            best = None
+            for variant, fn in fns.items():
+                us, nk = gemm_time(fn)
+                err = float((fn().float() - exact).norm() / exact.norm())
+                print(f"  {model:8s} {name:8s} {k:5d}->{n:<5d} {variant:16s} {us:7.2f} us {w.numel() * 2 / (us * 1e-6) / bw:5.2f}"
+                      f" of copy bw  {nk} kernel(s)  rel err {err:.1e}", flush=True)
+                if variant.startswith("t") and err < 1e-2 and (best is None or us < best[1]):
+                    best = (variant, us, nk)
+                if variant == "cublas":
+                    base = (us, nk)
+            if best is not None:
+                record(f"gemv_{model}_{name}_m1_best", best[1], "us", base[0] / best[1],
+                       f"{k}->{n}; our kernel {best[0]}, {best[2]} kernel(s); ratio = cuBLAS ({base[0]:.2f} us, "
+                       f"{base[1]} kernel(s){' with silu_and_mul' if silu else ''}) / ours")
+
+
 # ---- output -------------------------------------------------------------------------------------
 def write_results() -> None:
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
@@ -456,7 +501,7 @@ def write_results() -> None:
     md = ROOT / "benchmarks" / "RESULTS.md"
     latest = {}
     for r in old + ROWS:
-        if r["hardware"] != "cpu" and r["metric"].startswith(("p1", "p2", "p3", "p4", "copy_bandwidth", "prefill", "bf16", "tokens", "lean", "lt_", "gemm", "smallm", "tc_")):
+        if r["hardware"] != "cpu" and r["metric"].startswith(("p1", "p2", "p3", "p4", "copy_bandwidth", "prefill", "bf16", "tokens", "lean", "lt_", "gemm", "smallm", "tc_", "gemv")):
             latest[r["metric"]] = r
     lines = ["<!-- gpu-table:start (generated by benchmarks/bench_gpu.py from results.json) -->",
              "| metric | value | unit | ratio | hardware | date | commit |", "| --- | --- | --- | --- | --- | --- | --- |"]
@@ -497,6 +542,8 @@ def main() -> None:
             lean(llm, bw)
         if "gemm" in args.parts:
             gemm(bw)
+        if "gemv" in args.parts:
+            gemv_sweep(bw)
         if "lt" in args.parts or "smallm" in args.parts or "tc" in args.parts:
             del llm
             import gc

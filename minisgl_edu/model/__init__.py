@@ -7,6 +7,7 @@ import re
 
 import torch
 
+from . import qk_kernel
 from .layers import KERNELS, column_major
 from .llama import LlamaForCausalLM, check_tp  # noqa: F401  (check_tp: chapter 8, used by the offline API)
 from .moe import Qwen3MoeForCausalLM, expert_target, incomplete_experts
@@ -61,7 +62,9 @@ def build_model(cfg, device: torch.device, dtype: torch.dtype, max_positions: in
                 p.load_full(p.data, torch.randn(p.full_shape, generator=gen) * 0.02)
     else:
         load_weights(model, path)
-    if torch.device(device).type == "cuda" and KERNELS.fused:  # a layout for cuBLAS; the plain twin keeps row-major
+    # a layout for cuBLAS at one row; the plain twin keeps row-major, and so does our one-row GEMV (KERNELS.small_m)
+    row_gemv = KERNELS.small_m and qk_kernel.GEMV_CONFIG["row"] and qk_kernel.gemv_ready(torch.device(device))
+    if torch.device(device).type == "cuda" and KERNELS.fused and not row_gemv:
         for name, m in model.named_modules():
             if name.endswith("self_attn.o_proj"):
                 column_major(m)

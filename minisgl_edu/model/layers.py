@@ -21,7 +21,7 @@ class Kernels:
     fused: bool = True  # FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on 16-bit CUDA tensors; False: plain ops
     qk: bool = True  # under `fused`: our one-launch q/k norm + RoPE + K/V store (False: FlashInfer's kernels)
     moe: str | None = None  # "reference" | "grouped" (model/moe.py); None: reference on CPU, grouped on CUDA
-    small_m: bool = False  # an experiment (issue 16): our kernels for <= 8 rows (o_proj; SiLU-and-mul + down); off
+    small_m: bool = False  # under `fused`: one row through our GEMV (gemv.cu; SiLU-and-mul + down in one launch)
 
 
 KERNELS = Kernels()
@@ -120,6 +120,8 @@ class ColumnParallelLinear(nn.Module):
             row += rows
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (y := one_row(x, self.weight, "column")) is not None:
+            return y + self.bias if self.bias is not None else y
         return F.linear(x, self.weight, self.bias)
 
     @classmethod
@@ -147,10 +149,7 @@ class RowParallelLinear(nn.Module):
         param.copy_(sl[:, self.start:self.start + param.shape[1]])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if KERNELS.small_m and fused_kernels(x) is not None and (y := kk.small_m_linear(x, self.weight)) is not None:
-            y = all_reduce(y)  # an experiment, off by default: our kernel for <= 8 rows of bf16
-        else:
-            y = all_reduce(F.linear(x, self.weight))
+        y = all_reduce(y if (y := one_row(x, self.weight, "row")) is not None else F.linear(x, self.weight))
         return y + self.bias if self.bias is not None else y
 
 
@@ -224,10 +223,17 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+def one_row(x: torch.Tensor, w: torch.Tensor, kind: str) -> torch.Tensor | None:
+    """x @ w.T through our GEMV (qk_kernel.gemv) for one row under `KERNELS.small_m` where GEMV_CONFIG has
+    `kind` ("column", "row", "silu": x = [gate | up]); else None (then cuBLAS)."""
+    if not KERNELS.small_m or x.shape[0] != 1 or (cfg := kk.GEMV_CONFIG.get(kind)) is None or fused_kernels(x) is None:
+        return None
+    return kk.gemv(x, w, kind == "silu", cfg)
+
+
 def silu_mul_down(gu: torch.Tensor, down: "RowParallelLinear") -> torch.Tensor:
-    """down(silu_and_mul(gu)); with `KERNELS.small_m`, for <= 8 rows, our one-launch kernel (qk_kernel.silu_mul_down)."""
-    if KERNELS.small_m and down.bias is None and fused_kernels(gu) is not None and \
-            (y := kk.silu_mul_down(gu, down.weight)) is not None:
+    """down(silu_and_mul(gu)); one row under `KERNELS.small_m`: our one-launch kernel (gemv.cu)."""
+    if down.bias is None and (y := one_row(gu, down.weight, "silu")) is not None:
         return all_reduce(y)  # a row-parallel product: the ranks' partial sums joined, as in down.forward
     return down(silu_and_mul(gu))
 

@@ -1,7 +1,7 @@
 """Chapter 7 — A kernel of our own: q/k norm, RoPE and the K/V store of one layer in one launch.
 
-`qk_norm_rope_store.cu` (and `kv_indices.cu`, kernel_args' slots in one launch; an experiment,
-`silu_mul_down.cu`: products of <= 8 rows), compiled to
+`qk_norm_rope_store.cu` (and `kv_indices.cu`, kernel_args' slots in one launch; `gemv.cu`, one row
+through a linear layer, the MLP's SiLU-and-mul riding along), compiled to
 cubins by `scripts/build_fi_extra_kernels.sh` and launched through the CUDA driver API with ctypes;
 without a cubin `available()` is False and FlashInfer's kernels serve.
 """
@@ -14,14 +14,14 @@ import pathlib
 import torch
 
 NAME = "qk_norm_rope_store"
-CUBINS = {NAME: "qk_norm_rope_store.cubin", "silu_mul_down": "silu_mul_down.cubin",
-          "small_m_linear": "silu_mul_down.cubin", "kv_indices": "kv_indices.cubin"}  # kernel -> file
+CUBINS = {NAME: "qk_norm_rope_store.cubin", "kv_indices": "kv_indices.cubin"}  # kernel -> file; gemv*: gemv.cubin
 _FUNCS: dict[tuple[int, str], object] = {}  # (device index, kernel) -> (libcuda, function), or None: no cubin
 
 
 def cubin_path(name: str = NAME) -> pathlib.Path:
     root = pathlib.Path(__file__).resolve().parents[2]
-    return pathlib.Path(os.environ.get("MINISGL_CUBIN_DIR", root / ".gpu" / "kernels")) / CUBINS[name]
+    file = "gemv.cubin" if name.startswith(("gemv_", "silu_gemv_")) else CUBINS[name]
+    return pathlib.Path(os.environ.get("MINISGL_CUBIN_DIR", root / ".gpu" / "kernels")) / file
 
 
 def _check(rc: int, what: str) -> None:
@@ -81,30 +81,36 @@ def qk_norm_rope_store(qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim:
              ctypes.c_float(eps), _ptr(k_pool), _ptr(v_pool), _ptr(out_loc)])
 
 
-def _small_m(name: str, x: torch.Tensor, w: torch.Tensor, k: int) -> torch.Tensor | None:
-    """Launch `name` (silu_mul_down.cu) on x's m <= 8 rows against w [n, k]; None where it does not apply."""
-    m, n = x.shape[0], w.shape[0]
-    if not (1 <= m <= 8 and k % 256 == 0 and k <= 4096 and m * k * 2 <= 48 << 10) or \
-            w.shape[1] != k or not w.is_contiguous() or x.stride(1) != 1 or x.stride(0) % 8 or \
-            x.data_ptr() % 16 or w.data_ptr() % 16 or w.dtype != x.dtype or not available(x, name):
+GEMV_JS = (1, 2, 3, 4, 6)  # 16-byte chunks per thread and row that gemv.cu is built for
+GEMV_BUILT = ((64, 1), (64, 2), (64, 4), (128, 1), (128, 2), (128, 4), (128, 8), (256, 1), (256, 2), (256, 4), (256, 8))
+# (threads, rows per block) per product, None: cuBLAS; "column": q|k|v, gate|up; "row": o_proj; "silu": the MLP's tail
+GEMV_CONFIG: dict[str, tuple[int, int] | None] = {"column": (128, 4), "row": (128, 4), "silu": (128, 4)}
+
+
+def gemv_name(silu: bool, k: int, threads: int, rows: int) -> str | None:
+    """gemv.cu's entry point for an input row of k elements, or None when no build's J covers k."""
+    j = next((j for j in GEMV_JS if j * threads * 8 >= k), None)
+    return None if j is None else f"{'silu_' if silu else ''}gemv_t{threads}_r{rows}_j{j}"
+
+
+def gemv_ready(device: torch.device) -> bool:
+    """Whether gemv.cu's cubin loads on `device` (the model keeps o_proj row-major for it: model/__init__.py)."""
+    return device.type == "cuda" and _kernel(device, gemv_name(False, 8, 128, 4)) is not None
+
+
+def gemv(x: torch.Tensor, w: torch.Tensor, silu: bool = False, config: tuple[int, int] | None = None) -> torch.Tensor | None:
+    """x @ w.T for one row x (silu: x = [gate | up] and the product's input is silu(gate) * up) and w [n, k]
+    row-major, in one launch; None where the kernel does not apply (then: cuBLAS, after silu_and_mul)."""
+    k = x.shape[1] // 2 if silu else x.shape[1]
+    threads, rows = config or GEMV_CONFIG["silu" if silu else "row"] or (128, 4)
+    if x.dim() != 2 or x.shape[0] != 1 or k % 8 or w.dim() != 2 or w.shape[1] != k or not w.is_contiguous() or \
+            x.stride(1) != 1 or x.data_ptr() % 16 or w.data_ptr() % 16 or w.dtype != x.dtype or \
+            (name := gemv_name(silu, k, threads, rows)) is None or not available(x, name):
         return None
-    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    warps = 8  # output rows per block
-    _launch(name, x.device, -(-n // warps), 32 * warps,
-            [_ptr(x), ctypes.c_longlong(x.stride(0)), ctypes.c_int(m), ctypes.c_int(k), _ptr(w), ctypes.c_int(n),
-             _ptr(out)], shared=m * k * 2)
+    n = w.shape[0]
+    out = torch.empty(1, n, dtype=x.dtype, device=x.device)
+    _launch(name, x.device, -(-n // rows), threads, [_ptr(x), ctypes.c_int(k), _ptr(w), ctypes.c_int(n), _ptr(out)])
     return out
-
-
-def silu_mul_down(gu: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
-    """down(silu(gate) * up) for gu = [gate | up] of 1..8 rows and w = W_down [hidden, inter], in one launch;
-    None where the kernel does not apply (then: silu_and_mul and F.linear)."""
-    return _small_m("silu_mul_down", gu, w, gu.shape[1] // 2)
-
-
-def small_m_linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
-    """x @ w.T for 1..8 rows in one launch; None where the kernel does not apply (then: F.linear)."""
-    return _small_m("small_m_linear", x, w, x.shape[1])
 
 
 def kv_indices(page_table: torch.Tensor, rows: torch.Tensor, cu_k: torch.Tensor, total: int) -> torch.Tensor | None:

@@ -197,42 +197,46 @@ def test_model_fused_vs_plain_vs_float32(tmp_path, name):
     assert rel(fused, plain) < 3e-2
 
 
-@pytest.mark.parametrize("inter,hidden", [(3072, 1024), (1536, 576)])
-def test_small_m_kernels_match_plain(inter, hidden):
-    """Our SiLU-and-mul + down GEMM for 1..8 rows and our <= 8-row linear (the experiment behind KERNELS.small_m) against FlashInfer's
-    silu_and_mul then F.linear; None for 9 rows (the plain pair serves)."""
+def gemv_ready() -> bool:
+    return qk_kernel.gemv_ready(torch.device("cuda"))
+
+
+@pytest.mark.parametrize("k,n", [(3072, 1024), (2048, 1024), (1024, 4096), (1536, 576), (576, 960)])
+def test_gemv_matches_plain(k, n):
+    """Our one-row GEMV (gemv.cu) at every configuration it is built for, plain and with SiLU-and-mul riding
+    along, against F.linear (after FlashInfer's silu_and_mul); a strided input row too. Two rows, a k no build
+    covers, or a transposed weight: None (cuBLAS serves)."""
     import torch.nn.functional as F
-    if not qk_kernel.available(torch.zeros(1, device="cuda", dtype=BF16), "silu_mul_down"):
-        pytest.skip("no silu_mul_down cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
-    g = torch.Generator(device="cuda").manual_seed(inter)
-    w = (torch.randn(hidden, inter, device="cuda", generator=g) / inter**0.5).to(BF16)
+    if not gemv_ready():
+        pytest.skip("no gemv cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
+    g = torch.Generator(device="cuda").manual_seed(k + n)
+    w = (torch.randn(n, k, device="cuda", generator=g) / k**0.5).to(BF16)
+    x = torch.randn(1, k, device="cuda", generator=g).to(BF16)
+    gu = torch.randn(1, 2 * k + 64, device="cuda", generator=g).to(BF16)[:, 64:]  # a strided view of one row
     with Switch(True):
-        for m in (1, 2, 3, 8):
-            gu = torch.randn(m, 2 * inter, device="cuda", generator=g).to(BF16)
-            want = F.linear(layers.silu_and_mul(gu), w)
-            got = qk_kernel.silu_mul_down(gu, w)
-            assert got is not None and got.shape == want.shape and torch.isfinite(got).all()
-            err = rel(got, want)
-            report(check="silu_mul_down_vs_plain", inter=inter, hidden=hidden, rows=m, rel_err=err)
-            assert err < REL, (m, err)
-            wide = torch.randn(m, 2 * inter + 64, device="cuda", generator=g).to(BF16)[:, 64:]  # a strided view
-            assert rel(qk_kernel.silu_mul_down(wide, w), F.linear(layers.silu_and_mul(wide.contiguous()), w)) < REL
-            x = torch.randn(m, inter, device="cuda", generator=g).to(BF16)  # the plain product (o_proj's use)
-            err = rel(qk_kernel.small_m_linear(x, w), F.linear(x, w))
-            report(check="small_m_linear_vs_plain", k=inter, n=hidden, rows=m, rel_err=err)
-            assert err < REL, (m, err)
-        assert qk_kernel.silu_mul_down(torch.randn(9, 2 * inter, device="cuda").to(BF16), w) is None
-        assert qk_kernel.small_m_linear(torch.randn(9, inter, device="cuda").to(BF16), w) is None
+        want, want_silu = F.linear(x, w), F.linear(layers.silu_and_mul(gu.contiguous()), w)
+        for cfg in qk_kernel.GEMV_BUILT:
+            if qk_kernel.gemv_name(False, k, *cfg) is None:
+                assert qk_kernel.gemv(x, w, config=cfg) is None
+                continue
+            got, got_silu = qk_kernel.gemv(x, w, config=cfg), qk_kernel.gemv(gu, w, silu=True, config=cfg)
+            assert got.shape == want.shape and torch.isfinite(got).all() and torch.isfinite(got_silu).all()
+            err, err_silu = rel(got, want), rel(got_silu, want_silu)
+            report(check="gemv_vs_plain", k=k, n=n, config=list(cfg), rel_err=err, silu_rel_err=err_silu)
+            assert err < REL and err_silu < REL, (cfg, err, err_silu)
+        assert qk_kernel.gemv(torch.randn(2, k, device="cuda").to(BF16), w) is None
+        assert qk_kernel.gemv(x[:, 8:], w[:, 8:]) is None  # a weight whose rows are not contiguous
+        assert qk_kernel.gemv(torch.randn(1, 12, device="cuda").to(BF16), torch.randn(n, 12, device="cuda").to(BF16)) is None
 
 
-def test_small_m_kernels_in_the_model_match_plain(tmp_path):
-    """The whole model with KERNELS.small_m on (o_proj and the MLP's tail through our kernels at <= 8 rows)
-    against it off: the decode step's logits within the fused-vs-plain tolerance; top-1 equal on most rows."""
-    if not qk_kernel.available(torch.zeros(1, device="cuda", dtype=BF16), "small_m_linear"):
-        pytest.skip("no silu_mul_down cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
+def test_gemv_in_the_model_matches_plain(tmp_path):
+    """The whole model with KERNELS.small_m on (every product of a one-row decode step through our GEMV)
+    against it off: the decode step's logits within the fused-vs-plain tolerance; the prefill untouched."""
+    if not gemv_ready():
+        pytest.skip("no gemv cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
     path = small_config(tmp_path, "qwen3-0.6b", 4)
     g = torch.Generator().manual_seed(4)
-    prompts = [torch.randint(0, 10000, (int(n),), generator=g).tolist() for n in (5, 70, 300)]
+    prompts = [torch.randint(0, 10000, (300,), generator=g).tolist()]  # one request: its decode step is one row
     with Switch(True):
         off = run_logits(path, BF16, prompts)
         layers.KERNELS.small_m = True
@@ -240,7 +244,7 @@ def test_small_m_kernels_in_the_model_match_plain(tmp_path):
             on = run_logits(path, BF16, prompts)
         finally:
             layers.KERNELS.small_m = False
-    dec_on, dec_off = on[-3:], off[-3:]  # the decode step's 3 rows went through our kernels (prefill did not)
-    report(check="small_m_model", decode_rel=rel(dec_on, dec_off), prefill_rel=rel(on[:-3], off[:-3]))
-    assert rel(on[:-3], off[:-3]) < 1e-3  # the prefill (> 8 rows) never takes them: the same kernels both times
-    assert rel(dec_on, dec_off) < 3e-2
+    dec_on, dec_off = on[-1:], off[-1:]
+    report(check="gemv_model", decode_rel=rel(dec_on, dec_off), prefill_rel=rel(on[:-1], off[:-1]))
+    assert rel(on[:-1], off[:-1]) < 1e-3  # the prefill (> 1 row) never takes it: the same kernels both times
+    assert 0 < rel(dec_on, dec_off) < 3e-2  # 0 would mean our kernel never ran

@@ -1,0 +1,95 @@
+// Chapter 7 (issue 16): one row through a linear layer at memory speed, y = x W^T with x [1, k], W [n, k].
+// At one row a GEMM is a matrix-vector product: every weight byte is read once and used once, so the kernel
+// only has to keep enough loads in flight. Each block owns R output rows; its T threads split k between them
+// (thread t reads 16-byte chunks t, t + T, ... of every row), so all R * J loads of a thread are issued before
+// any arithmetic, and the grid has n / R blocks, not n / 8 warps: the whole matrix is in flight at once.
+// The partial sums meet in a warp shuffle, then in shared memory.
+// silu_gemv: the MLP's tail, down(silu(gate) * up), with x = [gate | up]: silu(gate) * up is rounded to bf16
+// as FlashInfer's silu_and_mul stores it, so it is the same product as the two kernels it replaces, in one.
+// cuBLAS at one row: a split-K GEMM plus a reduce kernel for down (3072 -> 1024), a slow tile for o_proj.
+// Built for sm_90a by scripts/build_fi_extra_kernels.sh; every (T, R, J) below is a separate entry point
+// (benchmarks/bench_gpu.py gemv times them all; model/qk_kernel.py launches GEMV_CONFIG's).
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+typedef __nv_bfloat16 bf16;
+
+__device__ __forceinline__ uint4 ld16(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+template <int T, int R, int J, bool SILU>
+__device__ __forceinline__ void gemv_one_row(const bf16* __restrict__ x, int k, const bf16* __restrict__ w, int n,
+                                             bf16* __restrict__ out) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, row0 = blockIdx.x * R;
+  const int chunks = k >> 3;  // 8 bf16 per 16-byte load
+  uint4 wv[R][J];
+#pragma unroll
+  for (int j = 0; j < J; j++) {  // the weight loads first: they are the DRAM latency to hide
+    const int c = tid + j * T;
+#pragma unroll
+    for (int r = 0; r < R; r++)
+      if (c < chunks && row0 + r < n) wv[r][j] = ld16(w + (long long)(row0 + r) * k + c * 8);
+  }
+  float a[J][8];  // this thread's slice of the input row, in float
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const int c = tid + j * T;
+    if (c < chunks) {
+      const uint4 g4 = ld16(x + c * 8);
+      const bf16* g = reinterpret_cast<const bf16*>(&g4);
+      if (SILU) {
+        const uint4 u4 = ld16(x + k + c * 8);
+        const bf16* u = reinterpret_cast<const bf16*>(&u4);
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+          const float v = __bfloat162float(g[e]);
+          a[j][e] = __bfloat162float(__float2bfloat16(v / (1.f + __expf(-v)) * __bfloat162float(u[e])));
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) a[j][e] = __bfloat162float(g[e]);
+      }
+    }
+  }
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) {
+    acc[r] = 0.f;
+#pragma unroll
+    for (int j = 0; j < J; j++) {
+      if (tid + j * T < chunks) {
+        const bf16* wb = reinterpret_cast<const bf16*>(&wv[r][j]);
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[r] += __bfloat162float(wb[e]) * a[j][e];
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+  }
+  __shared__ float part[T / 32][R];
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < R; r++) part[warp][r] = acc[r];
+  }
+  __syncthreads();
+  if (tid < R && row0 + tid < n) {
+    float s = 0.f;
+#pragma unroll
+    for (int p = 0; p < T / 32; p++) s += part[p][tid];
+    out[row0 + tid] = __float2bfloat16(s);
+  }
+}
+
+#define GEMV(T, R, J)                                                                                             \
+  extern "C" __global__ void __launch_bounds__(T) gemv_t##T##_r##R##_j##J(                                        \
+      const bf16* __restrict__ x, int k, const bf16* __restrict__ w, int n, bf16* __restrict__ out) {             \
+    gemv_one_row<T, R, J, false>(x, k, w, n, out);                                                                \
+  }                                                                                                               \
+  extern "C" __global__ void __launch_bounds__(T) silu_gemv_t##T##_r##R##_j##J(                                   \
+      const bf16* __restrict__ x, int k, const bf16* __restrict__ w, int n, bf16* __restrict__ out) {             \
+    gemv_one_row<T, R, J, true>(x, k, w, n, out);                                                                 \
+  }
+#define GEMV_JS(T, R) GEMV(T, R, 1) GEMV(T, R, 2) GEMV(T, R, 3) GEMV(T, R, 4) GEMV(T, R, 6)
+
+GEMV_JS(64, 1) GEMV_JS(64, 2) GEMV_JS(64, 4)
+GEMV_JS(128, 1) GEMV_JS(128, 2) GEMV_JS(128, 4) GEMV_JS(128, 8)
+GEMV_JS(256, 1) GEMV_JS(256, 2) GEMV_JS(256, 4) GEMV_JS(256, 8)
