@@ -1,6 +1,7 @@
 # Sourced by the scripts/gpu_*.sh: the environment of a GPU run. On the lent H200 (no internet) the
 # packages it lacks travel as wheels in .gpu/whl with FlashInfer's prebuilt kernels in .gpu/fi_aot
-# (../shared/device/bundle.sh and scripts/build_fi_extra_kernels.sh make them); the tree travels without
+# (../shared/device/bundle.sh and scripts/build_fi_extra_kernels.sh make them; .gpu/whl_nb holds what only the
+# notebooks need, jedi and debugpy, and TVM-FFI 0.1.5: carry it for them); the tree travels without
 # .git, so .gpu/COMMIT names the commit it was sent from.
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT=${OUT:-$PWD/out}
@@ -14,7 +15,7 @@ if ! python3 -c "import flashinfer" 2>/dev/null && [ -d .gpu/whl ]; then
 import glob, os
 from packaging.version import Version
 best = {}
-for f in glob.glob('.gpu/whl/*.whl'):
+for f in glob.glob('.gpu/whl/*.whl') + glob.glob('.gpu/whl_nb/*.whl'):
     name, ver = os.path.basename(f).split('-')[:2]
     if name not in best or Version(ver) > Version(best[name][0]):
         best[name] = (ver, f)
