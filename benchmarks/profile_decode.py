@@ -65,17 +65,15 @@ def main() -> None:
     ap.add_argument("--bs", default="1", help="batch sizes, comma-separated")
     ap.add_argument("--blas", default=None, help="torch.backends.cuda.preferred_blas_library before capture (cublaslt)")
     ap.add_argument("--lean-off", action="store_true", help="lean_step=False (the plain step's host work)")
-    ap.add_argument("--small-m", action="store_true", help="our <= 8-row kernels on (KERNELS.small_m: o_proj, SiLU-and-mul + down)")
+    ap.add_argument("--no-gemv-kernel", dest="gemv_kernel", action="store_false", help="cuBLAS at one row, not our GEMV")
     args = ap.parse_args()
-    if args.small_m:
-        from minisgl_edu.model import layers
-        layers.KERNELS.small_m = True  # before the engine: its graphs capture our kernel
     if args.blas:
         torch.backends.cuda.preferred_blas_library(args.blas)
     from minisgl_edu import LLM
     from minisgl_edu.bench import make_decode_batch, release
     sizes = [int(b) for b in args.bs.split(",")]
     switches = {**({"fused_kernels": False} if args.plain else {}), **({"qk_kernel": False} if args.no_qk_kernel else {}),
+                **({"gemv_kernel": False} if not args.gemv_kernel else {}),
                 **({"lean_step": False} if args.lean_off else {})}
     llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=max(sizes), cuda_graph_max_bs=max(sizes),
               max_total_tokens=max(sizes) * 1100 + 4096, **switches)  # only the switches given: "before" code lacks them

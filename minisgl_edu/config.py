@@ -33,6 +33,7 @@ class EngineConfig:
     cuda_graph_max_extend: int = 2048  # prefill tokens (beyond one per request) a captured prefill-step graph holds; 0: prefill steps run eager
     fused_kernels: bool = True  # FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on CUDA in 16 bits; False: plain ops
     qk_kernel: bool = True  # with fused_kernels: our one-launch q/k norm + RoPE + K/V store; False: FlashInfer's
+    gemv_kernel: bool = True  # with fused_kernels: one row through our GEMV, SiLU-and-mul + down in one launch; False: cuBLAS
     moe_impl: str | None = None  # "reference" | "grouped" (chapter 10); None: reference on CPU, grouped on CUDA
     lean_step: bool = True  # skip per-step work no request needs (sampling controls, float32 logits); False: the plain step
     host_threads: int | None = None  # torch's CPU threads in this process; None: host_threads_for's rule (4 on CUDA)

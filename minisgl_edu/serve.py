@@ -41,6 +41,8 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                     help="plain PyTorch ops instead of FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on CUDA")
     ap.add_argument("--no-qk-kernel", dest="qk_kernel", action="store_false",
                     help="FlashInfer's q/k norm + RoPE kernels instead of our one-launch kernel")
+    ap.add_argument("--no-gemv-kernel", dest="gemv_kernel", action="store_false",
+                    help="cuBLAS for a one-row decode step's products instead of our GEMV")
     ap.add_argument("--moe-impl", choices=["reference", "grouped"], help="MoE experts (default: grouped on CUDA)")
     ap.add_argument("--dummy-weights", action="store_true", help="random weights from the config (benchmarks)")
     ap.add_argument("--max-running-reqs", type=int)

@@ -62,8 +62,8 @@ def build_model(cfg, device: torch.device, dtype: torch.dtype, max_positions: in
                 p.load_full(p.data, torch.randn(p.full_shape, generator=gen) * 0.02)
     else:
         load_weights(model, path)
-    # a layout for cuBLAS at one row; the plain twin keeps row-major, and so does our one-row GEMV (KERNELS.small_m)
-    row_gemv = KERNELS.small_m and qk_kernel.GEMV_CONFIG["row"] and qk_kernel.gemv_ready(torch.device(device))
+    # a layout for cuBLAS at one row; the plain twin keeps row-major, and so does our one-row GEMV (KERNELS.gemv)
+    row_gemv = KERNELS.gemv and qk_kernel.GEMV_CONFIG["row"] and qk_kernel.gemv_ready(torch.device(device))
     if torch.device(device).type == "cuda" and KERNELS.fused and not row_gemv:
         for name, m in model.named_modules():
             if name.endswith("self_attn.o_proj"):

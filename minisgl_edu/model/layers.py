@@ -21,18 +21,18 @@ class Kernels:
     fused: bool = True  # FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on 16-bit CUDA tensors; False: plain ops
     qk: bool = True  # under `fused`: our one-launch q/k norm + RoPE + K/V store (False: FlashInfer's kernels)
     moe: str | None = None  # "reference" | "grouped" (model/moe.py); None: reference on CPU, grouped on CUDA
-    small_m: bool = False  # under `fused`: one row through our GEMV (gemv.cu; SiLU-and-mul + down in one launch)
+    gemv: bool = True  # under `fused`: one row (a batch-1 decode step) through our GEMV (gemv.cu); False: cuBLAS
 
 
 KERNELS = Kernels()
 _FUSED = False  # the flashinfer module once imported; None where it is absent (CPU machines)
 
 
-def use_kernels(fused: bool = True, qk: bool = True, moe: str | None = None) -> None:
+def use_kernels(fused: bool = True, qk: bool = True, moe: str | None = None, gemv: bool = True) -> None:
     """The one place the kernel switches are applied. One process, one setting: the engine built last decides."""
     if moe not in (None, "reference", "grouped"):
         raise ValueError(f"moe_impl must be 'reference' or 'grouped', got {moe!r}")
-    KERNELS.fused, KERNELS.qk, KERNELS.moe = fused, qk, moe
+    KERNELS.fused, KERNELS.qk, KERNELS.moe, KERNELS.gemv = fused, qk, moe, gemv
 
 
 def fused_kernels(x: torch.Tensor):
@@ -224,15 +224,16 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
 
 
 def one_row(x: torch.Tensor, w: torch.Tensor, kind: str) -> torch.Tensor | None:
-    """x @ w.T through our GEMV (qk_kernel.gemv) for one row under `KERNELS.small_m` where GEMV_CONFIG has
-    `kind` ("column", "row", "silu": x = [gate | up]); else None (then cuBLAS)."""
-    if not KERNELS.small_m or x.shape[0] != 1 or (cfg := kk.GEMV_CONFIG.get(kind)) is None or fused_kernels(x) is None:
+    """x @ w.T through our GEMV (qk_kernel.gemv) for one row under `KERNELS.gemv` where GEMV_CONFIG has
+    `kind` ("column", "row", "silu": x = [gate | up]); else None (then cuBLAS). At one row cuBLAS reads the
+    weights at 0.2-0.6 of the bandwidth and splits down's K into two kernels (chapter 7)."""
+    if not KERNELS.gemv or x.shape[0] != 1 or (cfg := kk.GEMV_CONFIG.get(kind)) is None or fused_kernels(x) is None:
         return None
     return kk.gemv(x, w, kind == "silu", cfg)
 
 
 def silu_mul_down(gu: torch.Tensor, down: "RowParallelLinear") -> torch.Tensor:
-    """down(silu_and_mul(gu)); one row under `KERNELS.small_m`: our one-launch kernel (gemv.cu)."""
+    """down(silu_and_mul(gu)); one row under `KERNELS.gemv`: our one-launch kernel (gemv.cu)."""
     if down.bias is None and (y := one_row(gu, down.weight, "silu")) is not None:
         return all_reduce(y)  # a row-parallel product: the ranks' partial sums joined, as in down.forward
     return down(silu_and_mul(gu))

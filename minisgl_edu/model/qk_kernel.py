@@ -84,7 +84,8 @@ def qk_norm_rope_store(qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim:
 GEMV_JS = (1, 2, 3, 4, 6)  # 16-byte chunks per thread and row that gemv.cu is built for
 GEMV_BUILT = ((64, 1), (64, 2), (64, 4), (128, 1), (128, 2), (128, 4), (128, 8), (256, 1), (256, 2), (256, 4), (256, 8))
 # (threads, rows per block) per product, None: cuBLAS; "column": q|k|v, gate|up; "row": o_proj; "silu": the MLP's tail
-GEMV_CONFIG: dict[str, tuple[int, int] | None] = {"column": (128, 4), "row": (128, 4), "silu": (128, 4)}
+# (bench_gpu.py gemv on the H200, weights cold in L2: see chapter 7)
+GEMV_CONFIG: dict[str, tuple[int, int] | None] = {"column": (128, 4), "row": (256, 4), "silu": (256, 4)}
 
 
 def gemv_name(silu: bool, k: int, threads: int, rows: int) -> str | None:
