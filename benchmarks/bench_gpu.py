@@ -471,7 +471,7 @@ def gemv_sweep(bw: float) -> None:
                 exact = F.linear(x.float(), w.float())
                 fns = {"cublas": (lambda w: F.linear(x, w), copies), "cublas_colmajor": (lambda w: F.linear(x, w), col)}
             for t, r in qk_kernel.GEMV_BUILT:
-                if qk_kernel.gemv(x, w, silu, (t, r)) is not None:
+                if qk_kernel.gemv_name("silu_" if silu else "", k, t, r) is not None:
                     fns[f"t{t}_r{r}"] = (lambda w, t=t, r=r: qk_kernel.gemv(x, w, silu, (t, r)), copies)
             best = None
             for variant, (fn, ws) in fns.items():

@@ -232,6 +232,17 @@ def one_row(x: torch.Tensor, w: torch.Tensor, kind: str) -> torch.Tensor | None:
     return kk.gemv(x, w, kind == "silu", cfg)
 
 
+def norm_linear(x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm, linear: ColumnParallelLinear):
+    """(linear(rmsnorm(x + residual)), x + residual). One row under `KERNELS.gemv`: one launch of our GEMV with
+    the add and the norm folded in (gemv.cu's norm_gemv); else the norm (fused: one kernel), then the product."""
+    if KERNELS.gemv and x.shape[0] == 1 and kk.GEMV_CONFIG.get("column") is not None and fused_kernels(x) is not None \
+            and (y := kk.gemv(x, linear.weight, residual=residual, norm_weight=norm.weight, eps=norm.eps)) is not None:
+        out, residual = y
+        return (out + linear.bias if linear.bias is not None else out), residual
+    h, residual = norm(x, residual)
+    return linear(h), residual
+
+
 def silu_mul_down(gu: torch.Tensor, down: "RowParallelLinear") -> torch.Tensor:
     """down(silu_and_mul(gu)); one row under `KERNELS.gemv`: our one-launch kernel (gemv.cu)."""
     if down.bias is None and (y := one_row(gu, down.weight, "silu")) is not None:

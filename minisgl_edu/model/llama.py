@@ -10,7 +10,7 @@ from torch import nn
 
 from ..tp import DistributedInfo, get_tp_info
 from .layers import (ColumnParallelLinear, ParallelLMHead, RMSNorm, RotaryEmbedding, RowParallelLinear,
-                     VocabParallelEmbedding, qk_kernel, silu_mul_down)
+                     VocabParallelEmbedding, norm_linear, qk_kernel, silu_mul_down)
 
 
 def head_layout(num_heads: int, num_kv_heads: int, tp: DistributedInfo | None = None) -> tuple[int, int, int, int]:
@@ -58,9 +58,9 @@ class Attention(nn.Module):
         if self.qk_norm:
             self.q_norm, self.k_norm = RMSNorm(d, cfg.rms_norm_eps), RMSNorm(d, cfg.rms_norm_eps)
 
-    def forward(self, h: torch.Tensor, positions: torch.Tensor, backend, batch) -> torch.Tensor:
+    def forward(self, qkv: torch.Tensor, positions: torch.Tensor, backend, batch) -> torch.Tensor:
+        """Attention over the q|k|v projection's output (the decoder layer computes it with the norm before it)."""
         qd, kvd = self.q_heads * self.head_dim, self.kv_heads * self.head_dim
-        qkv = self.qkv_proj(h)
         if (qk := qk_kernel(qkv, backend)) is not None:  # one launch: q/k norm, RoPE, K/V into the pool
             norm = (self.q_norm.weight, self.k_norm.weight, self.q_norm.eps) if self.qk_norm else (None, None, 0.0)
             qk.qk_norm_rope_store(qkv, self.q_heads, self.kv_heads, self.head_dim, positions, self.rope.cos_sin, *norm,
@@ -85,7 +85,11 @@ class MLP(nn.Module):
         self.down_proj = RowParallelLinear(cfg.intermediate_size, cfg.hidden_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return silu_mul_down(self.gate_up_proj(x), self.down_proj)
+        return self.down(self.gate_up_proj(x))
+
+    def down(self, gu: torch.Tensor) -> torch.Tensor:
+        """The MLP after its gate|up product: down(silu(gate) * up)."""
+        return silu_mul_down(gu, self.down_proj)
 
 
 class DecoderLayer(nn.Module):
@@ -101,9 +105,14 @@ class DecoderLayer(nn.Module):
         output, so each add joins the next norm (fused: one kernel) instead of a kernel of its own."""
         if residual is None:  # the first layer: the embeddings are the residual stream
             residual, h = h, self.input_layernorm(h)
-        else:
-            h, residual = self.input_layernorm(h, residual)
-        h, residual = self.post_attention_layernorm(self.self_attn(h, positions, backend, batch), residual)
+            qkv = self.self_attn.qkv_proj(h)
+        else:  # the add, the norm and the product after it: one launch for one row (norm_linear)
+            qkv, residual = norm_linear(h, residual, self.input_layernorm, self.self_attn.qkv_proj)
+        h = self.self_attn(qkv, positions, backend, batch)
+        if isinstance(self.mlp, MLP):
+            gu, residual = norm_linear(h, residual, self.post_attention_layernorm, self.mlp.gate_up_proj)
+            return self.mlp.down(gu), residual
+        h, residual = self.post_attention_layernorm(h, residual)  # a mixture of experts (chapter 10)
         return self.mlp(h), residual
 
 

@@ -82,36 +82,52 @@ def qk_norm_rope_store(qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim:
 
 
 GEMV_JS = (1, 2, 3, 4, 6)  # 16-byte chunks per thread and row that gemv.cu is built for
-GEMV_BUILT = ((64, 1), (64, 2), (64, 4), (128, 1), (128, 2), (128, 4), (128, 8), (256, 1), (256, 2), (256, 4), (256, 8))
+GEMV_BUILT = ((128, 2), (128, 4), (256, 2), (256, 4))  # (threads, rows per block)
 # (threads, rows per block) per product, None: cuBLAS; "column": q|k|v, gate|up; "row": o_proj; "silu": the MLP's tail
 # (bench_gpu.py gemv on the H200, weights cold in L2: see chapter 7)
 GEMV_CONFIG: dict[str, tuple[int, int] | None] = {"column": (128, 4), "row": (256, 4), "silu": (256, 4)}
 
 
-def gemv_name(silu: bool, k: int, threads: int, rows: int) -> str | None:
-    """gemv.cu's entry point for an input row of k elements, or None when no build's J covers k."""
+def gemv_name(kind: str, k: int, threads: int, rows: int) -> str | None:
+    """gemv.cu's entry point ("", "silu_" or "norm_" kind) for an input row of k elements, or None when none covers k."""
     j = next((j for j in GEMV_JS if j * threads * 8 >= k), None)
-    return None if j is None else f"{'silu_' if silu else ''}gemv_t{threads}_r{rows}_j{j}"
+    return None if j is None or (threads, rows) not in GEMV_BUILT else f"{kind}gemv_t{threads}_r{rows}_j{j}"
 
 
 def gemv_ready(device: torch.device) -> bool:
     """Whether gemv.cu's cubin loads on `device` (the model keeps o_proj row-major for it: model/__init__.py)."""
-    return device.type == "cuda" and _kernel(device, gemv_name(False, 8, 128, 4)) is not None
+    return device.type == "cuda" and _kernel(device, gemv_name("", 8, 128, 4)) is not None
 
 
-def gemv(x: torch.Tensor, w: torch.Tensor, silu: bool = False, config: tuple[int, int] | None = None) -> torch.Tensor | None:
-    """x @ w.T for one row x (silu: x = [gate | up] and the product's input is silu(gate) * up) and w [n, k]
-    row-major, in one launch; None where the kernel does not apply (then: cuBLAS, after silu_and_mul)."""
+def _row(t: torch.Tensor, k: int, dtype) -> bool:
+    """t is one 16-byte-aligned row of at least k contiguous elements of `dtype`."""
+    return t.dim() == 2 and t.shape[0] == 1 and t.shape[1] >= k and t.stride(1) == 1 and t.data_ptr() % 16 == 0 \
+        and t.dtype == dtype and t.is_cuda
+
+
+def gemv(x: torch.Tensor, w: torch.Tensor, silu: bool = False, config: tuple[int, int] | None = None,
+         residual: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0):
+    """x @ w.T for one row x and w [n, k] row-major, in one launch; None where the kernel does not apply (then:
+    cuBLAS). silu: x = [gate | up], the product's input is silu(gate) * up. With a residual row: the input is
+    rmsnorm(x + residual) * norm_weight, and the result is (product, x + residual)."""
     k = x.shape[1] // 2 if silu else x.shape[1]
-    threads, rows = config or GEMV_CONFIG["silu" if silu else "row"] or (128, 4)
-    if x.dim() != 2 or x.shape[0] != 1 or k % 8 or w.dim() != 2 or w.shape[1] != k or not w.is_contiguous() or \
-            x.stride(1) != 1 or x.data_ptr() % 16 or w.data_ptr() % 16 or w.dtype != x.dtype or \
-            (name := gemv_name(silu, k, threads, rows)) is None or not available(x, name):
+    kind = "silu_" if silu else "norm_" if residual is not None else ""
+    threads, rows = config or GEMV_CONFIG["silu" if silu else "column" if residual is not None else "row"] or (128, 4)
+    if not _row(x, k, w.dtype) or k % 8 or w.dim() != 2 or w.shape[1] != k or not w.is_contiguous() or \
+            w.data_ptr() % 16 or (name := gemv_name(kind, k, threads, rows)) is None or not available(x, name):
+        return None
+    if residual is not None and (residual.shape != (1, k) or not _row(residual, k, x.dtype) or norm_weight is None
+                                 or norm_weight.shape != (k,) or norm_weight.dtype != x.dtype or norm_weight.data_ptr() % 16):
         return None
     n = w.shape[0]
     out = torch.empty(1, n, dtype=x.dtype, device=x.device)
-    _launch(name, x.device, -(-n // rows), threads, [_ptr(x), ctypes.c_int(k), _ptr(w), ctypes.c_int(n), _ptr(out)])
-    return out
+    args = [_ptr(x), ctypes.c_int(k), _ptr(w), ctypes.c_int(n), _ptr(out)]
+    if residual is None:
+        _launch(name, x.device, -(-n // rows), threads, args)
+        return out
+    res_out = torch.empty_like(residual)
+    _launch(name, x.device, -(-n // rows), threads, args + [_ptr(residual), _ptr(norm_weight), ctypes.c_float(eps), _ptr(res_out)])
+    return out, res_out
 
 
 def kv_indices(page_table: torch.Tensor, rows: torch.Tensor, cu_k: torch.Tensor, total: int) -> torch.Tensor | None:

@@ -196,7 +196,9 @@ def test_model_fused_vs_plain_vs_float32(tmp_path, name):
            top1_fused_eq_plain=(fused.argmax(-1) == plain.argmax(-1)).float().mean().item())
     # fused bf16 is as close to float32 as plain bf16 is (it rounds less often, not more)
     assert e_fused < 1.25 * e_plain + 2e-3 and e_fi < 1.25 * e_plain + 2e-3, (e_plain, e_fi, e_fused)
-    assert 0 < rel(fused, plain) < 3e-2 and rel(fused, fused_fi) > 0  # 0: a switch that did not switch
+    assert 0 < rel(fused, plain) < 3e-2  # 0: a switch that did not switch
+    if name == "qwen3-0.6b":  # without q/k norms (SmolLM2) our one-launch kernel gives FlashInfer's RoPE bit for bit
+        assert rel(fused, fused_fi) > 0
 
 
 def gemv_ready() -> bool:
@@ -205,9 +207,9 @@ def gemv_ready() -> bool:
 
 @pytest.mark.parametrize("k,n", [(3072, 1024), (2048, 1024), (1024, 4096), (1536, 576), (576, 960)])
 def test_gemv_matches_plain(k, n):
-    """Our one-row GEMV (gemv.cu) at every configuration it is built for, plain and with SiLU-and-mul riding
-    along, against F.linear (after FlashInfer's silu_and_mul); a strided input row too. Two rows, a k no build
-    covers, or a transposed weight: None (cuBLAS serves)."""
+    """Our one-row GEMV (gemv.cu) at every configuration it is built for, plain, with SiLU-and-mul riding along,
+    and with the residual add + RMSNorm folded in, against F.linear after FlashInfer's silu_and_mul and
+    fused_add_rmsnorm; a strided input row too. Two rows, a k no build covers, or a transposed weight: None."""
     import torch.nn.functional as F
     if not gemv_ready():
         pytest.skip("no gemv cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
@@ -215,19 +217,29 @@ def test_gemv_matches_plain(k, n):
     w = (torch.randn(n, k, device="cuda", generator=g) / k**0.5).to(BF16)
     x = torch.randn(1, k, device="cuda", generator=g).to(BF16)
     gu = torch.randn(1, 2 * k + 64, device="cuda", generator=g).to(BF16)[:, 64:]  # a strided view of one row
+    res = torch.randn(1, k, device="cuda", generator=g).to(BF16)
+    norm = layers.RMSNorm(k, 1e-6).cuda().to(BF16)
+    norm.weight.data = (1 + 0.3 * torch.randn(k, device="cuda", generator=g)).to(BF16)
     with Switch(True):
         want, want_silu = F.linear(x, w), F.linear(layers.silu_and_mul(gu.contiguous()), w)
+        h, want_res = norm(x.clone(), res.clone())
+        want_norm = F.linear(h, w)
         for cfg in qk_kernel.GEMV_BUILT:
-            if qk_kernel.gemv_name(False, k, *cfg) is None:
+            if qk_kernel.gemv_name("", k, *cfg) is None:
                 assert qk_kernel.gemv(x, w, config=cfg) is None
                 continue
             got, got_silu = qk_kernel.gemv(x, w, config=cfg), qk_kernel.gemv(gu, w, silu=True, config=cfg)
+            before = res.clone()
+            got_norm, got_res = qk_kernel.gemv(x, w, config=cfg, residual=res, norm_weight=norm.weight, eps=norm.eps)
             assert got.shape == want.shape and torch.isfinite(got).all() and torch.isfinite(got_silu).all()
-            err, err_silu = rel(got, want), rel(got_silu, want_silu)
-            report(check="gemv_vs_plain", k=k, n=n, config=list(cfg), rel_err=err, silu_rel_err=err_silu)
-            assert err < REL and err_silu < REL, (cfg, err, err_silu)
+            assert torch.equal(got_res, want_res) and torch.equal(res, before)  # x + res, rounded once; res untouched
+            err, err_silu, err_norm = rel(got, want), rel(got_silu, want_silu), rel(got_norm, want_norm)
+            report(check="gemv_vs_plain", k=k, n=n, config=list(cfg), rel_err=err, silu_rel_err=err_silu,
+                   norm_rel_err=err_norm)
+            assert err < REL and err_silu < REL and err_norm < REL, (cfg, err, err_silu, err_norm)
         assert qk_kernel.gemv(torch.randn(2, k, device="cuda").to(BF16), w) is None
         assert qk_kernel.gemv(x[:, 8:], w[:, 8:]) is None  # a weight whose rows are not contiguous
+        assert qk_kernel.gemv(x, w, residual=res[:, :-8], norm_weight=norm.weight) is None  # a residual of the wrong size
         assert qk_kernel.gemv(torch.randn(1, 12, device="cuda").to(BF16), torch.randn(n, 12, device="cuda").to(BF16)) is None
 
 
