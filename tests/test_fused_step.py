@@ -206,3 +206,22 @@ def test_host_threads_is_applied_by_the_engine(tiny):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_every_gemv_entry_point_names_the_gemv_cubin():
+    """Each kind of gemv.cu's entry points, at every configuration built, resolves to gemv.cubin, and gemv.cu
+    defines it (the GPU tests load them; a name missing here fails every model forward there)."""
+    import re
+    from pathlib import Path
+
+    from minisgl_edu.model import qk_kernel
+    src = (Path(qk_kernel.__file__).parent / "gemv.cu").read_text()
+    built = {(int(t), int(r)) for t, r in re.findall(r"^GEMV_JS\((\d+), (\d+)\)", src.replace(" GEMV_JS", "\nGEMV_JS"), re.M)}
+    assert built == set(qk_kernel.GEMV_BUILT)
+    for kind in ("", "silu_", "norm_"):
+        assert f"{kind}gemv_t##T##_r##R##_j##J(" in src
+        for t, r in qk_kernel.GEMV_BUILT:
+            for k in (576, 1024, 3072):
+                name = qk_kernel.gemv_name(kind, k, t, r)
+                assert name is not None and qk_kernel.cubin_path(name).name == "gemv.cubin"
+    assert qk_kernel.gemv_name("", 1024, 64, 1) is None  # a configuration gemv.cu does not build

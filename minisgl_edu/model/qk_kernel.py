@@ -20,7 +20,7 @@ _FUNCS: dict[tuple[int, str], object] = {}  # (device index, kernel) -> (libcuda
 
 def cubin_path(name: str = NAME) -> pathlib.Path:
     root = pathlib.Path(__file__).resolve().parents[2]
-    file = "gemv.cubin" if name.startswith(("gemv_", "silu_gemv_")) else CUBINS[name]
+    file = "gemv.cubin" if name.startswith(("gemv_", "silu_gemv_", "norm_gemv_")) else CUBINS[name]
     return pathlib.Path(os.environ.get("MINISGL_CUBIN_DIR", root / ".gpu" / "kernels")) / file
 
 
