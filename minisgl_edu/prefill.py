@@ -20,6 +20,13 @@ def pages_to_finish(req: Req, page_size: int) -> int:
     return cdiv(req.max_device_len, page_size) - cdiv(req.cached_len, page_size)
 
 
+def reserved_pages(reqs: list[Req], page_size: int) -> int:
+    """pages_to_finish summed over `reqs`: the reserved size (inlined: every admission step sums the running batch)."""
+    ps = page_size
+    return sum((-r.cached_len // ps) - (r.max_device_len // -ps) for r in reqs) if ps > 1 else \
+        sum(r.max_device_len - r.cached_len for r in reqs)
+
+
 @dataclass
 class PrefillAdder:
     token_budget: int
@@ -40,7 +47,8 @@ class PrefillAdder:
         if self.token_budget <= 0:
             return self._stop("2: token budget spent")
         if fresh:
-            node, locs = self.cache.match_prefix(req.token_ids[: req.prompt_len])
+            prompt = np.asarray(req.token_ids[: req.prompt_len], np.int32)  # once: the tree's key and the token pool's row
+            node, locs = self.cache.match_prefix(prompt)
             # keep at least the last prompt token to compute: its logits give the first output token
             matched = min(len(locs), (req.prompt_len - 1) // ps * ps)
             req.cached_len = matched
@@ -57,8 +65,7 @@ class PrefillAdder:
             row = req.table_idx = self.pool.take_row()
             if matched:
                 self.pool.page_table[row, :matched] = locs[:matched]
-            prompt = to_device(np.asarray(req.token_ids[: req.prompt_len], np.int32), self.pool.device)  # pinned: no wait
-            self.pool.token_pool[row, : req.prompt_len].copy_(prompt, non_blocking=True)
+            self.pool.token_pool[row, : req.prompt_len].copy_(to_device(prompt, self.pool.device), non_blocking=True)
         else:
             need = pages_to_finish(req, ps)  # a chunked request continuing: its reservation is renewed
         chunk = min(req.prompt_len - req.cached_len, self.token_budget)

@@ -18,7 +18,7 @@ import torch
 from .config import SchedulerConfig, eos_ids
 from .engine import Engine
 from .grammar import backend_for
-from .prefill import PrefillAdder, pages_to_finish
+from .prefill import PrefillAdder, pages_to_finish, reserved_pages
 from .radix import make_cache
 from .req import Batch, Req, SamplingParams
 from .trace import StepStats, Tracer
@@ -110,7 +110,7 @@ class Scheduler:
     # ---- schedule ------------------------------------------------------------------------------
     def schedule(self) -> Batch | None:
         # only admission needs the reserved size: skip the sum over every running request otherwise
-        reserved = sum(pages_to_finish(r, self.page_size) for r in self.running) if self.pending else 0
+        reserved = reserved_pages(self.running, self.page_size) if self.pending else 0
         mixed = self.mixed_chunk and self.running
         adder = PrefillAdder(self.mixed_prefill_tokens if mixed else self.max_prefill_tokens, reserved, self.pool, self.cache)
         for req in self.pending:

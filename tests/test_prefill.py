@@ -174,3 +174,22 @@ def test_chunked_request_is_sampled_only_after_its_last_chunk(tmp_path):
                 finished_prefill.add(uid)
     assert any(is_chunked for _, rows in seen for _, is_chunked, _ in rows)
     llm.scheduler.check_integrity()
+
+
+def test_reserved_pages_is_the_sum_of_pages_to_finish():
+    """The scheduler's inlined reserved size equals pages_to_finish summed, for every page size; the first
+    inlining tried (floor of cached_len where pages_to_finish takes its ceiling) is caught."""
+    import random
+    from types import SimpleNamespace
+
+    from minisgl_edu.prefill import pages_to_finish, reserved_pages
+    rnd = random.Random(0)
+    wrong = lambda reqs, ps: sum((r.cached_len // ps) - (r.max_device_len // -ps) for r in reqs)
+    for ps in (1, 2, 4, 16):
+        reqs = [SimpleNamespace(cached_len=c, max_device_len=c + rnd.randint(1, 500))
+                for c in (rnd.randint(0, 500) for _ in range(50))]
+        want = sum(pages_to_finish(r, ps) for r in reqs)
+        assert reserved_pages(reqs, ps) == want
+        if ps > 1:
+            assert wrong(reqs, ps) != want
+    assert reserved_pages([], 4) == 0

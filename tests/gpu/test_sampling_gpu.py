@@ -17,32 +17,6 @@ SCHEMA = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type
           "required": ["a", "b"]}
 
 
-def same_top(a, b, tol: float = 1e-3) -> bool:
-    """Two steps' (chosen, top ids, top logprobs) agree: the logprobs within tol, and the ids equal except where
-    two candidates tie within tol (graphs and eager round attention differently, so a near tie may swap or, in
-    the last place, let a different candidate in)."""
-    (_, ia, la), (_, ib, lb) = a, b
-    if len(ia) != len(ib) or any(abs(x - y) >= tol for x, y in zip(la, lb)):
-        return False
-    for j, (x, y) in enumerate(zip(ia, ib)):
-        if x != y:
-            tied = [i for i in range(len(la)) if abs(la[i] - la[j]) < tol]  # the places x and y could swap among
-            if not (j == len(ia) - 1 and len(tied) == 1) and {ia[i] for i in tied} != {ib[i] for i in tied}:
-                return False
-    return True
-
-
-def test_same_top_catches_a_different_ranking():
-    """The checker above: a near tie may swap, a real difference may not."""
-    base = (-0.1, [5, 7, 9], [-0.1, -2.0, -3.0])
-    assert same_top(base, base)
-    assert same_top(base, (-0.1, [5, 7, 11], [-0.1, -2.0, -3.0005]))  # last place: a near-tied newcomer
-    assert same_top((-0.1, [5, 7, 9], [-0.1, -2.0, -2.0004]), (-0.1, [5, 9, 7], [-0.1, -2.0002, -2.0003]))
-    assert not same_top(base, (-0.1, [5, 9, 7], [-0.1, -2.0, -3.0]))  # a swap of values 1.0 apart
-    assert not same_top(base, (-0.1, [5, 7, 11], [-0.1, -2.0, -3.1]))
-    assert not same_top(base, (-0.1, [6, 7, 9], [-0.1, -2.0, -3.0]))
-
-
 def decode(llm: LLM, prompts, sp):
     reqs = [llm.scheduler.add_request(i, p, sp) for i, p in enumerate(prompts)]
     outs = {}
@@ -64,14 +38,16 @@ def test_controls_overlap_and_graphs_equal_the_normal_loop(grammar):
                         json_schema=json.dumps(SCHEMA) if grammar else None)
     runs = {}
     for overlap, graphs in [(False, 0), (True, 16)]:
+        # gemv_kernel off: one row takes our GEMV and two take cuBLAS, and overlap's extra in-flight step keeps a
+        # finished request's row beside the last one, so the runs would differ by kernel rounding, not by the controls
         llm = LLM(PATH, device="cuda", dummy_weights=True, overlap=overlap, cuda_graph_max_bs=graphs,
-                  max_total_tokens=16384, max_running_reqs=16)
+                  max_total_tokens=16384, max_running_reqs=16, gemv_kernel=False)
         runs[overlap] = decode(llm, prompts, sp)
         del llm
         torch.cuda.empty_cache()
     assert runs[True][0] == runs[False][0]
     for a, b in zip(runs[True][1], runs[False][1]):  # logprobs rode back with the tokens, the same both ways
-        assert len(a) == len(b) and all(same_top(x, y) for x, y in zip(a, b)), [(x, y) for x, y in zip(a, b) if x != y]
+        assert [x[1] for x in a] == [x[1] for x in b]
         assert max(abs(x[0] - y[0]) for x, y in zip(a, b)) < 1e-3
     report(check="sampling_controls_overlap_graphs", grammar=grammar, tokens=sum(map(len, runs[True][0])))
 
