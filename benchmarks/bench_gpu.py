@@ -390,6 +390,19 @@ def blaslt(bw: float) -> None:
         torch.backends.cuda.preferred_blas_library(before)
 
 
+def gemv_r4(bw: float) -> None:
+    """Experiment: the GEMV with 4 rows per block for q|k|v, gate|up and o_proj (the configuration before the
+    L2-cold sweep picked 2), side by side with P2's default."""
+    from minisgl_edu.model import qk_kernel
+    print("\nGEMVR4 experiment: 4 rows per block for every product", flush=True)
+    saved = dict(qk_kernel.GEMV_CONFIG)
+    qk_kernel.GEMV_CONFIG.update(column=(128, 4), row=(256, 4))
+    try:
+        experiment(bw, "gemvr4", (1,), with_p1=False)
+    finally:
+        qk_kernel.GEMV_CONFIG.update(saved)
+
+
 def no_gemv(bw: float) -> None:
     """Experiment: the naive twin of our one-row GEMV (`gemv_kernel=False`: cuBLAS, and FlashInfer's silu_and_mul
     before down): kernels per layer and the batch-1 step, side by side with P2's (which runs the GEMV)."""
@@ -540,12 +553,12 @@ def main() -> None:
             gemm(bw)
         if "gemv" in args.parts:
             gemv_sweep(bw)
-        if "lt" in args.parts or "nogemv" in args.parts or "tc" in args.parts:
+        if {"lt", "nogemv", "gemvr4", "tc"} & set(args.parts):
             del llm
             import gc
             gc.collect()
             torch.cuda.empty_cache()
-            for name, fn in (("lt", blaslt), ("nogemv", no_gemv), ("tc", tensor_core_decode)):
+            for name, fn in (("lt", blaslt), ("nogemv", no_gemv), ("gemvr4", gemv_r4), ("tc", tensor_core_decode)):
                 if name in args.parts:
                     try:
                         fn(bw)
