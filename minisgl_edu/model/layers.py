@@ -149,7 +149,8 @@ class RowParallelLinear(nn.Module):
         param.copy_(sl[:, self.start:self.start + param.shape[1]])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = all_reduce(y if (y := one_row(x, self.weight, "row")) is not None else F.linear(x, self.weight))
+        y = one_row(x, self.weight, "row")  # one row: our GEMV (chapter 7); else None
+        y = all_reduce(F.linear(x, self.weight) if y is None else y)  # the ranks' partial sums, added
         return y + self.bias if self.bias is not None else y
 
 
