@@ -251,13 +251,15 @@ def test_gemv_in_the_model_matches_plain(tmp_path):
     path = small_config(tmp_path, "qwen3-0.6b", 4)
     g = torch.Generator().manual_seed(4)
     prompts = [torch.randint(0, 10000, (300,), generator=g).tolist()]  # one request: its decode step is one row
+    saved = layers.KERNELS.gemv  # process-wide: an engine built earlier (another test's) may have left it off
     with Switch(True):
-        on = run_logits(path, BF16, prompts)
-        layers.KERNELS.gemv = False
         try:
+            layers.KERNELS.gemv = True
+            on = run_logits(path, BF16, prompts)
+            layers.KERNELS.gemv = False
             off = run_logits(path, BF16, prompts)
         finally:
-            layers.KERNELS.gemv = True
+            layers.KERNELS.gemv = saved
     dec_on, dec_off = on[-1:], off[-1:]
     report(check="gemv_model", decode_rel=rel(dec_on, dec_off), prefill_rel=rel(on[:-1], off[:-1]))
     assert rel(on[:-1], off[:-1]) < 1e-3  # the prefill (> 1 row) never takes it: the same kernels both times
