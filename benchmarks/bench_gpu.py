@@ -390,15 +390,15 @@ def blaslt(bw: float) -> None:
         torch.backends.cuda.preferred_blas_library(before)
 
 
-def gemv_r2(bw: float) -> None:
-    """Experiment: the GEMV with 2 rows per block for q|k|v, gate|up and o_proj (the L2-cold sweep's pick;
-    in the model at 69f4a1b it was 30 us a step slower than 4), side by side with P2's default."""
+def gemv_row(bw: float) -> None:
+    """Experiment: o_proj through our GEMV too (row-major; GEMV_CONFIG["row"] = (256, 4), the default until
+    serving showed the row-major o_proj slowing the steps of many rows), side by side with P2's default."""
     from minisgl_edu.model import qk_kernel
-    print("\nGEMVR2 experiment: 2 rows per block for q|k|v, gate|up and o_proj", flush=True)
+    print("\nGEMVROW experiment: o_proj through our GEMV too (stored row-major)", flush=True)
     saved = dict(qk_kernel.GEMV_CONFIG)
-    qk_kernel.GEMV_CONFIG.update(column=(128, 2), row=(256, 2))
+    qk_kernel.GEMV_CONFIG.update(row=(256, 4))
     try:
-        experiment(bw, "gemvr2", (1,), with_p1=False)
+        experiment(bw, "gemvrow", (1,), with_p1=False)
     finally:
         qk_kernel.GEMV_CONFIG.update(saved)
 
@@ -553,12 +553,12 @@ def main() -> None:
             gemm(bw)
         if "gemv" in args.parts:
             gemv_sweep(bw)
-        if {"lt", "nogemv", "gemvr2", "tc"} & set(args.parts):
+        if {"lt", "nogemv", "gemvrow", "tc"} & set(args.parts):
             del llm
             import gc
             gc.collect()
             torch.cuda.empty_cache()
-            for name, fn in (("lt", blaslt), ("nogemv", no_gemv), ("gemvr2", gemv_r2), ("tc", tensor_core_decode)):
+            for name, fn in (("lt", blaslt), ("nogemv", no_gemv), ("gemvrow", gemv_row), ("tc", tensor_core_decode)):
                 if name in args.parts:
                     try:
                         fn(bw)

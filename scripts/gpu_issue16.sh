@@ -25,7 +25,7 @@ run python3 benchmarks/profile_decode.py lean_on --bs 1,8,256 --json $P ${QK:-}
 run python3 benchmarks/profile_decode.py lean_on_cublaslt --blas cublaslt --bs 1,256 --json $P ${QK:-}
 run python3 benchmarks/profile_decode.py lean_on_no_gemv --no-gemv-kernel --bs 1 --json $P ${QK:-}
 run python3 benchmarks/host_step.py --device cuda --model $QWEN --bs 1,256 --lean 0,1,0,1 --json $OUT/host_step.jsonl
-run python3 benchmarks/bench_gpu.py p2 p1 p4 lean gemm gemv lt nogemv
+run python3 benchmarks/bench_gpu.py p2 p1 p4 lean gemm gemv lt nogemv gemvrow
 cp benchmarks/results.json "$OUT"/
 # torch's host thread pool (16 threads here) against 4: P1 and the host's share of a step, side by side
 run env OMP_NUM_THREADS=4 python3 benchmarks/host_step.py --device cuda --model $QWEN --bs 1,256 --lean 1 --json $OUT/host_step_omp4.jsonl

@@ -84,8 +84,10 @@ def qk_norm_rope_store(qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim:
 GEMV_JS = (1, 2, 3, 4, 6)  # 16-byte chunks per thread and row that gemv.cu is built for
 GEMV_BUILT = ((128, 2), (128, 4), (256, 2), (256, 4))  # (threads, rows per block)
 # (threads, rows per block) per product, None: cuBLAS; "column": q|k|v, gate|up; "row": o_proj; "silu": the MLP's tail
-# (the H200, in the model: 4 rows per block beat the 2 that bench_gpu.py's cold sweep prefers; chapter 7)
-GEMV_CONFIG: dict[str, tuple[int, int] | None] = {"column": (128, 4), "row": (256, 4), "silu": (256, 4)}
+# (the H200, in the model: 4 rows per block beat the 2 that bench_gpu.py's cold sweep prefers; chapter 7).
+# "row" (o_proj) is off: our GEMV needs o_proj row-major, and served on one H200 the steps of many rows were
+# 0.3-0.5 ms slower so (mixed 2.39 against 2.07 ms, SmolLM2, one A/B); cuBLAS keeps its column-major layout
+GEMV_CONFIG: dict[str, tuple[int, int] | None] = {"column": (128, 4), "row": None, "silu": (256, 4)}
 
 
 def gemv_name(kind: str, k: int, threads: int, rows: int) -> str | None:

@@ -244,7 +244,8 @@ def test_gemv_matches_plain(k, n):
 
 
 def test_gemv_in_the_model_matches_plain(tmp_path):
-    """The whole model with KERNELS.gemv on (every product of a one-row decode step through our GEMV)
+    """The whole model with KERNELS.gemv on (a one-row decode step's q|k|v and gate|up with their norms, and its
+    MLP tail, through our GEMV)
     against it off: the decode step's logits within the fused-vs-plain tolerance; the prefill untouched."""
     if not gemv_ready():
         pytest.skip("no gemv cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
