@@ -208,9 +208,10 @@ def test_host_threads_is_applied_by_the_engine(tiny):
         torch.set_num_threads(before)
 
 
-def test_every_gemv_entry_point_names_the_gemv_cubin():
-    """Each kind of gemv.cu's entry points, at every configuration built, resolves to gemv.cubin, and gemv.cu
-    defines it (the GPU tests load them; a name missing here fails every model forward there)."""
+def test_every_gemv_entry_point_names_the_gemv_cubin(monkeypatch):
+    """Every kind of gemv.cu's entry points (read from gemv.cu itself), at every configuration built, resolves to
+    gemv.cubin (the GPU loads them by name; one missing fails every model forward there). The bug this caught,
+    a kind missing from the names cubin_path knows, is kept below and shown caught."""
     import re
     from pathlib import Path
 
@@ -218,10 +219,72 @@ def test_every_gemv_entry_point_names_the_gemv_cubin():
     src = (Path(qk_kernel.__file__).parent / "gemv.cu").read_text()
     built = {(int(t), int(r)) for t, r in re.findall(r"^GEMV_JS\((\d+), (\d+)\)", src.replace(" GEMV_JS", "\nGEMV_JS"), re.M)}
     assert built == set(qk_kernel.GEMV_BUILT)
-    for kind in ("", "silu_", "norm_"):
-        assert f"{kind}gemv_t##T##_r##R##_j##J(" in src
-        for t, r in qk_kernel.GEMV_BUILT:
-            for k in (576, 1024, 3072):
-                name = qk_kernel.gemv_name(kind, k, t, r)
-                assert name is not None and qk_kernel.cubin_path(name).name == "gemv.cubin"
+    kinds = set(re.findall(r"\b(\w*)gemv_t##T##_r##R##_j##J\(", src))
+    assert kinds == set(qk_kernel.GEMV_KINDS)
+
+    def names():
+        return [qk_kernel.gemv_name(kind, k, t, r) for kind in kinds for t, r in qk_kernel.GEMV_BUILT for k in (576, 1024, 3072)]
+    assert all(n is not None and qk_kernel.cubin_path(n).name == "gemv.cubin" for n in names())
     assert qk_kernel.gemv_name("", 1024, 64, 1) is None  # a configuration gemv.cu does not build
+    monkeypatch.setattr(qk_kernel, "GEMV_KINDS", ("", "silu_"))  # the bug: norm_gemv unknown to cubin_path
+    with pytest.raises(KeyError):
+        [qk_kernel.cubin_path(n) for n in names()]
+
+
+def test_one_row_dispatch_on_the_cpu(monkeypatch):
+    """Which product of a decoder layer takes our GEMV, with what kind and configuration, run on the CPU with
+    a stand-in for the kernel (the same maths in float32): one row under the switch does, two rows, the switch
+    off, and o_proj (GEMV_CONFIG["row"] None) do not; the results equal the plain layers'. A dispatch that drops
+    the residual (kept below) is caught."""
+    from types import SimpleNamespace
+
+    import torch.nn.functional as F
+
+    from minisgl_edu.model import layers, qk_kernel
+    calls = []
+    silu_mul = lambda gu: F.silu(gu[:, : gu.shape[1] // 2]) * gu[:, gu.shape[1] // 2:]
+
+    def fake_gemv(x, w, silu=False, config=None, residual=None, norm_weight=None, eps=0.0):
+        calls.append(("silu" if silu else "norm" if residual is not None else "plain", config))
+        if silu:
+            return F.linear(silu_mul(x), w)
+        if residual is None:
+            return F.linear(x, w)
+        a = x + residual
+        return F.linear(a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + eps) * norm_weight, w), a
+
+    monkeypatch.setattr(qk_kernel, "gemv", fake_gemv)
+    def fused_add_rmsnorm(x, residual, weight, eps):  # FlashInfer's, in place, in float32
+        residual += x
+        x.copy_(residual * torch.rsqrt(residual.pow(2).mean(-1, keepdim=True) + eps) * weight)
+
+    fi = SimpleNamespace(norm=SimpleNamespace(fused_add_rmsnorm=fused_add_rmsnorm),
+                         activation=SimpleNamespace(silu_and_mul=silu_mul))
+    monkeypatch.setattr(layers, "fused_kernels", lambda x: fi)  # as on CUDA: the fused kernels' maths
+    monkeypatch.setattr(layers.KERNELS, "gemv", True)
+    g = torch.Generator().manual_seed(0)
+    norm = layers.RMSNorm(16, 1e-6)
+    norm.weight.data = 1 + 0.3 * torch.randn(16, generator=g)
+    col, row = layers.ColumnParallelLinear.simple(16, 24), layers.RowParallelLinear(24, 16)
+    for p in (col.weight, row.weight):
+        p.data = torch.randn(p.shape, generator=g)
+    for rows in (1, 2):
+        x, res, gu = (torch.randn(rows, n, generator=g) for n in (16, 16, 48))
+        calls.clear()
+        y, new_res = layers.norm_linear(x.clone(), res.clone(), norm, col)  # the fused norm works in place
+        h, want_res = norm._plain(x + res), x + res
+        torch.testing.assert_close(y, F.linear(h, col.weight)), torch.testing.assert_close(new_res, want_res)
+        torch.testing.assert_close(layers.silu_mul_down(gu, row), F.linear(silu_mul(gu), row.weight))
+        torch.testing.assert_close(row(torch.randn(rows, 24, generator=g)).shape, torch.Size([rows, 16]))
+        cfg = qk_kernel.GEMV_CONFIG
+        assert calls == ([("norm", cfg["column"]), ("silu", cfg["silu"])] if rows == 1 else []), calls
+    calls.clear()
+    monkeypatch.setattr(layers.KERNELS, "gemv", False)  # the naive twin: cuBLAS (here F.linear) for one row too
+    layers.norm_linear(x[:1], res[:1].clone(), norm, col), layers.silu_mul_down(gu[:1], row)
+    assert calls == []
+    monkeypatch.setattr(layers.KERNELS, "gemv", True)
+    dropped = lambda x, w, kind, residual=None, norm=None: qk_kernel.gemv(x, w, kind == "silu", qk_kernel.GEMV_CONFIG[kind])
+    monkeypatch.setattr(layers, "one_row", dropped)  # the residual and norm not handed on
+    with pytest.raises(Exception):
+        y, new_res = layers.norm_linear(x[:1], res[:1].clone(), norm, col)
+        torch.testing.assert_close(new_res, x[:1] + res[:1])

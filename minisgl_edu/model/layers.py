@@ -224,20 +224,23 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
-def one_row(x: torch.Tensor, w: torch.Tensor, kind: str) -> torch.Tensor | None:
+def one_row(x: torch.Tensor, w: torch.Tensor, kind: str, residual: torch.Tensor | None = None,
+            norm: RMSNorm | None = None):
     """x @ w.T through our GEMV (qk_kernel.gemv) for one row under `KERNELS.gemv` where GEMV_CONFIG has
     `kind` ("column", "row", "silu": x = [gate | up]); else None (then cuBLAS). At one row cuBLAS reads the
-    weights at 0.2-0.6 of the bandwidth and splits down's K into two kernels (chapter 7)."""
+    weights at 0.2-0.6 of the bandwidth and splits down's K into two kernels (chapter 7). With a residual and
+    its norm: (the product of norm(x + residual), x + residual)."""
     if not KERNELS.gemv or x.shape[0] != 1 or (cfg := kk.GEMV_CONFIG.get(kind)) is None or fused_kernels(x) is None:
         return None
-    return kk.gemv(x, w, kind == "silu", cfg)
+    if norm is None:
+        return kk.gemv(x, w, kind == "silu", cfg)
+    return kk.gemv(x, w, config=cfg, residual=residual, norm_weight=norm.weight, eps=norm.eps)
 
 
 def norm_linear(x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm, linear: ColumnParallelLinear):
     """(linear(rmsnorm(x + residual)), x + residual). One row under `KERNELS.gemv`: one launch of our GEMV with
     the add and the norm folded in (gemv.cu's norm_gemv); else the norm (fused: one kernel), then the product."""
-    if KERNELS.gemv and x.shape[0] == 1 and kk.GEMV_CONFIG.get("column") is not None and fused_kernels(x) is not None \
-            and (y := kk.gemv(x, linear.weight, residual=residual, norm_weight=norm.weight, eps=norm.eps)) is not None:
+    if (y := one_row(x, linear.weight, "column", residual, norm)) is not None:
         out, residual = y
         return (out + linear.bias if linear.bias is not None else out), residual
     h, residual = norm(x, residual)

@@ -20,7 +20,7 @@ _FUNCS: dict[tuple[int, str], object] = {}  # (device index, kernel) -> (libcuda
 
 def cubin_path(name: str = NAME) -> pathlib.Path:
     root = pathlib.Path(__file__).resolve().parents[2]
-    file = "gemv.cubin" if name.startswith(("gemv_", "silu_gemv_", "norm_gemv_")) else CUBINS[name]
+    file = "gemv.cubin" if name.startswith(tuple(f"{kind}gemv_" for kind in GEMV_KINDS)) else CUBINS[name]
     return pathlib.Path(os.environ.get("MINISGL_CUBIN_DIR", root / ".gpu" / "kernels")) / file
 
 
@@ -81,6 +81,7 @@ def qk_norm_rope_store(qkv: torch.Tensor, q_heads: int, kv_heads: int, head_dim:
              ctypes.c_float(eps), _ptr(k_pool), _ptr(v_pool), _ptr(out_loc)])
 
 
+GEMV_KINDS = ("", "silu_", "norm_")  # gemv.cu's entry points: {kind}gemv_t{T}_r{R}_j{J}
 GEMV_JS = (1, 2, 3, 4, 6)  # 16-byte chunks per thread and row that gemv.cu is built for
 GEMV_BUILT = ((128, 2), (128, 4), (256, 2), (256, 4))  # (threads, rows per block)
 # (threads, rows per block) per product, None: cuBLAS; "column": q|k|v, gate|up; "row": o_proj; "silu": the MLP's tail
