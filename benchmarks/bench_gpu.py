@@ -12,6 +12,7 @@ GEMM  an experiment: the layer's four GEMMs at M = 1, 8, 64 via cuBLAS, cuBLASLt
 LT  an experiment: cuBLASLt for the GEMMs (kernels per layer, decode at batch 1 and 256, P1); after the others
 SMALLM an experiment: our kernels at <= 8 rows (o_proj; SiLU-and-mul + down) (kernels per layer, decode at 1 and 8, P1)
 TC  an experiment: every decode graph through FlashInfer's tensor-core decode kernel (decode at 1, 64, 256, P1)
+P1B where P1's time goes: decode steps against their own floors by batch size, prefill / mixed apart
 PF  prefill of the anchors' 256 prompts against its compute floor (bf16 matmul rate measured in the run)
 tokens  greedy tokens with the fused kernels on vs off over P4's 64-request workload
 
@@ -43,6 +44,7 @@ from minisgl_edu.trace import Timeline  # noqa: E402
 
 QWEN = str(ROOT / "benchmarks" / "configs" / "qwen3-0.6b")
 RESULTS = ROOT / "benchmarks" / "results.json"
+BREAKDOWN = "p1b" in sys.argv  # an experiment's P1 is broken down too
 HF_MEASURED = 670.0  # tok/s: transformers generate, one padded batch of all 256 requests, on the H200 (issue 4)
 
 
@@ -96,6 +98,66 @@ def p1(llm: LLM, bw: float, tag: str = "") -> None:
     record("p1_memory_floor", tokens / floor, "tok/s", None, f"{floor:.2f} s at {bw / 1e12:.2f} TB/s copy bandwidth")
     record("p1_vs_transformers", (tokens / dt) / HF_MEASURED, "x", None,
            f"against {HF_MEASURED:.0f} tok/s measured earlier on the H200 (not re-run: --baseline hf)")
+
+
+def p1_breakdown(llm: LLM, bw: float, tag: str = "") -> None:
+    """Where P1's time goes: the same run with a step timeline, each decode step's device time beside its own floor
+    (weights + the K/V of every request's device_len), binned by batch size, and the prefill / mixed steps apart.
+    Each bin's uniform twin (its batch size at its mean context, P2's way) separates uneven contexts from size."""
+    from minisgl_edu import trace
+    print(f"\nP1B{tag} where P1's time goes (one more P1 run, with a step timeline)", flush=True)
+    prompts, out_lens = anchors_workload()
+    params = [SamplingParams(max_tokens=o, ignore_eos=True) for o in out_lens]
+    eng = llm.engine
+    w, kvt = weight_bytes(eng.model), kv_bytes_per_token(eng)
+    of, kv_read = trace.StepStats.__dict__["of"], []
+    trace.StepStats.of = classmethod(lambda cls, b: kv_read.append((sum(r.device_len for r in b.reqs),
+                                                                    max(r.device_len for r in b.reqs))) or of.__func__(cls, b))
+    try:
+        sched = fresh_scheduler(llm, overlap=True)
+        eng.timeline = Timeline(eng.device)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        llm.generate(prompts, params, use_tqdm=False)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t
+        steps = eng.timeline.steps()
+    finally:
+        trace.StepStats.of, eng.timeline = of, None
+    stats = list(sched.stats)
+    assert len(steps) == len(stats) == len(kv_read), (len(steps), len(stats), len(kv_read))
+    gpu = [(s.device_end - s.device_start) * 1e3 for s in steps]
+    busy = sum(gpu) / 1e3
+    record(f"p1b{tag}_wall", wall, "s", None, f"{len(stats)} steps; GPU busy {busy:.2f} s = {busy / wall:.1%} of the wall")
+    for phase in ("prefill", "mixed"):
+        ms = [g for g, s in zip(gpu, stats) if s.phase == phase]
+        if ms:
+            record(f"p1b{tag}_{phase}_steps_s", sum(ms) / 1e3, "s", None,
+                   f"{len(ms)} {phase} steps, {sum(s.tokens for s in stats if s.phase == phase)} tokens")
+    bins = [(1, 16), (17, 64), (65, 128), (129, 192), (193, 256)]
+    print(f"  {'batch':>9} {'steps':>6} {'GPU s':>7} {'floor s':>8} {'ratio':>6} {'max/mean ctx':>13} "
+          f"{'uniform ratio':>14}", flush=True)
+    tot_g = tot_f = 0.0
+    for lo, hi in bins:
+        sel = [(g, s, kv) for g, s, kv in zip(gpu, stats, kv_read) if s.phase == "decode" and lo <= s.batch_size <= hi]
+        if not sel:
+            continue
+        g_s = sum(g for g, _, _ in sel) / 1e3
+        f_s = sum(w + kv[0] * kvt for _, _, kv in sel) / bw
+        tot_g, tot_f = tot_g + g_s, tot_f + f_s
+        spread = float(np.mean([kv[1] * s.batch_size / kv[0] for _, s, kv in sel]))
+        bs = int(np.median([s.batch_size for _, s, _ in sel]))
+        ctx = int(np.mean([kv[0] / s.batch_size for _, s, kv in sel]))
+        batch = make_decode_batch(eng, bs, ctx, seed=bs)
+        uni = time_steps(lambda: eng.forward(batch), iters=30) / ((w + bs * (ctx + 1) * kvt) / bw)
+        release(eng, batch)
+        record(f"p1b{tag}_decode_bs{lo}_{hi}", g_s / f_s, "x", None,
+               f"{len(sel)} decode steps: GPU {g_s:.3f} s against a floor of {f_s:.3f} s; max/mean context {spread:.2f}; "
+               f"a uniform batch of {bs} at context {ctx}: {uni:.2f} x its floor")
+        print(f"  {lo:>4}-{hi:<4} {len(sel):>6} {g_s:>7.3f} {f_s:>8.3f} {g_s / f_s:>6.2f} {spread:>13.2f} {uni:>14.2f}", flush=True)
+    record(f"p1b{tag}_decode_steps", tot_g / tot_f, "x", None,
+           f"every decode step: GPU {tot_g:.3f} s against its floor {tot_f:.3f} s; the wall beyond the GPU's busy time: "
+           f"{wall - busy:.3f} s")
 
 
 def p1_hf_baseline() -> None:
@@ -364,6 +426,8 @@ def experiment(bw: float, tag: str, sizes: tuple[int, ...], with_p1: bool = True
                f"{tag}, graph replay; ratio = us per layer: " + ", ".join(f"{n[:32]} {t:.1f}" for n, t in layer))
     if with_p1:
         p1(llm, bw, tag=f"_{tag}")
+        if BREAKDOWN:
+            p1_breakdown(llm, bw, tag=f"_{tag}")
 
 
 def tensor_core_decode(bw: float) -> None:
@@ -539,6 +603,8 @@ def main() -> None:
     try:
         if "p1" in args.parts:
             p1(llm, bw)
+        if "p1b" in args.parts:
+            p1_breakdown(llm, bw)
         if "p2" in args.parts:
             p2(llm, bw)
         if "p4" in args.parts:
