@@ -93,17 +93,18 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--profile", type=int, default=0)
     ap.add_argument("--decode-bs", type=int, default=0)
-    ap.add_argument("--mixed-attention", choices=["split", "one"], default="split",
-                    help="mixed steps: decode and prefill kernels (split, the default) or one prefill kernel")
+    ap.add_argument("--mixed-attention", choices=["split", "serial", "one"], default="split",
+                    help="mixed steps: decode and prefill kernels side by side (split, the default), one after the "
+                         "other (serial), or one prefill kernel")
     ap.add_argument("--llm-kwargs", default="", help="k=v,... extra LLM keywords (ints and floats parsed)")
     args = ap.parse_args()
     kw = {}
     for item in filter(None, args.llm_kwargs.split(",")):
         k, v = item.split("=")
         kw[k] = int(v) if v.lstrip("-").isdigit() else v
-    if args.mixed_attention == "one":
-        import minisgl_edu.attention.flashinfer as fi
-        fi.SPLIT_MIXED = False
+    import minisgl_edu.attention.flashinfer as fi
+    fi.SPLIT_MIXED = args.mixed_attention != "one"
+    fi.PARALLEL_MIXED = args.mixed_attention == "split"
     llm = LLM(args.model, device=args.device, dummy_weights=True, **kw)
     fresh_scheduler(llm, overlap=False)
     g = torch.Generator().manual_seed(0)

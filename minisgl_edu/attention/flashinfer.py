@@ -22,6 +22,10 @@ CUDA_CORE_GROUP_SIZES = (1, 2, 3, 4, 8)  # GQA group sizes FlashInfer's CUDA-cor
 # SmolLM2 mixed step's attention 40.7 -> 26.6 us a layer, but its plan over every lane costs the host more, and
 # served on one machine its ITL p99 was 3.17 ms against 2.80 (chapter 7): split stays the default
 SPLIT_MIXED = True
+# a split mixed step's two attention kernels side by side, the decode rows' on a second stream (True), or one after
+# the other (False, the twin). Neither fills the H200 alone: in a SmolLM2 mixed step (64 decode rows, a 561-token
+# prompt) they took 17.0 and 19.5 us a layer, one after the other. Same kernels, same plans, so the same numbers
+PARALLEL_MIXED = True
 
 
 @dataclass
@@ -47,6 +51,7 @@ class FlashInferBackend(AttentionBackend):
         self.prefill_workspace = torch.zeros(prefill_bytes, dtype=torch.uint8, device=dev)
         self.use_tensor_cores = num_q_heads // self.kv_heads not in CUDA_CORE_GROUP_SIZES
         self.split_mixed = SPLIT_MIXED  # read by graphs.py too: a one-kernel mixed graph holds the decode rows' keys
+        self.side = torch.cuda.Stream(dev) if PARALLEL_MIXED else None  # the decode rows' stream in a mixed step
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.prefill_workspace, "NHD", backend="fa2")
         self.decode_wrapper = self._decode_wrapper()
         self.graph_wrappers: dict[tuple[int, int], Any] = {}  # a graph's (batch size, tokens) -> its wrapper (graphs.py)
@@ -132,8 +137,16 @@ class FlashInferBackend(AttentionBackend):
         if not md.split:
             return md.wrapper.run(q, self.pages[layer])
         out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # both kernels write their rows into one output
-        md.decode.run(q[:md.split], self.pages[layer], out=out[:md.split])
+        if self.side is None:
+            md.decode.run(q[:md.split], self.pages[layer], out=out[:md.split])
+            md.wrapper.run(q[md.split:], self.pages[layer], out=out[md.split:])
+            return out
+        main = torch.cuda.current_stream(q.device)
+        self.side.wait_stream(main)  # q, out and this layer's K/V are ready (in a graph: the fork)
+        with torch.cuda.stream(self.side):
+            md.decode.run(q[:md.split], self.pages[layer], out=out[:md.split])
         md.wrapper.run(q[md.split:], self.pages[layer], out=out[md.split:])
+        main.wait_stream(self.side)  # the join: o_proj reads every row (a graph capture fails without it)
         return out
 
     def store_locations(self, batch) -> torch.Tensor:

@@ -171,3 +171,71 @@ def test_stale_slots_left_in_the_slack_are_caught():
         changed[dummy] = False
         report(check="stale_slack_slots_caught", wrong=wrong, slots_overwritten=int(changed.sum()))
         assert bool(changed.any()) == wrong, (wrong, int(changed.sum()))
+
+
+def mixed_engine(parallel: bool, monkeypatch) -> Engine:
+    import minisgl_edu.attention.flashinfer as fi
+    monkeypatch.setattr(fi, "PARALLEL_MIXED", parallel)
+    return Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
+                               max_running_reqs=MAX_BS, max_total_tokens=16384, cuda_graph_max_bs=MAX_BS,
+                               cuda_graph_max_extend=512))
+
+
+def test_mixed_attention_side_by_side_equals_one_after_the_other(monkeypatch):
+    """PARALLEL_MIXED: a mixed step's decode-row attention on a second stream beside the prompts' changes no number,
+    eagerly or in a graph replay (the same kernels, the same plans): the hidden states are equal bit for bit."""
+    got = {}
+    for parallel in (False, True):
+        engine = mixed_engine(parallel, monkeypatch)
+        assert (engine.backend.side is not None) == parallel
+        g = torch.Generator().manual_seed(3)  # the same requests, the same slots, in both engines
+        decoding = [Req(100 + i, torch.randint(0, 49152, (int(n),), generator=g).tolist(), SamplingParams(max_tokens=8))
+                    for i, n in enumerate(torch.randint(5, 400, (7,), generator=g))]
+        prefill(engine, decoding)
+        for graph, n in ((False, 700), (True, 300)):  # 700 prompt rows: more than a graph holds (eager)
+            batch = Batch(decoding + [new_req(engine, 2 + n, n, g)], "prefill", decode_rows=len(decoding))
+            batch.out_loc = engine.pool.assign_locations(batch.reqs)
+            got[parallel, graph] = prefill_hidden(engine, batch, graph=graph)
+            for r in batch.reqs:
+                r.complete_one()
+        del engine
+        torch.cuda.empty_cache()
+    for graph in (False, True):
+        assert torch.equal(got[True, graph], got[False, graph]), f"graph={graph}"
+        report(check="mixed_attention_side_by_side_vs_serial", graph=graph, bitwise_equal=True)
+
+
+WITHOUT_JOIN = '''
+import sys, torch
+sys.path.insert(0, {root!r})
+import minisgl_edu.attention.flashinfer as fi
+from minisgl_edu.engine import Engine, EngineConfig
+def attend(self, q, layer, batch):  # the wrong implementation: the decode rows' stream never joins back
+    md = batch.attn_metadata
+    if not md.split:
+        return md.wrapper.run(q, self.pages[layer])
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    self.side.wait_stream(torch.cuda.current_stream(q.device))
+    with torch.cuda.stream(self.side):
+        md.decode.run(q[:md.split], self.pages[layer], out=out[:md.split])
+    md.wrapper.run(q[md.split:], self.pages[layer], out=out[md.split:])
+    return out
+fi.FlashInferBackend.attend = attend
+Engine(EngineConfig(model_path={model!r}, device="cuda", dummy_weights=True, max_running_reqs=16,
+                    max_total_tokens=16384, cuda_graph_max_bs=16, cuda_graph_max_extend=256))
+print("captured")
+'''
+
+
+def test_a_side_stream_that_never_joins_fails_the_capture():
+    """The mutant the test above would miss on its own if eager runs hid the race: without the join, capturing a
+    mixed graph fails (CUDA refuses to end a capture with unjoined work), so the engine does not start."""
+    import pathlib
+    import subprocess
+    import sys
+    root = str(pathlib.Path(__file__).resolve().parents[2])
+    code = WITHOUT_JOIN.format(root=root, model=str(CONFIGS / "smollm2-135m"))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    report(check="side_stream_without_join_fails_capture", returncode=r.returncode, tail=r.stderr[-300:])
+    assert r.returncode != 0 and "captured" not in r.stdout, r.stdout[-500:]
+    assert "captur" in r.stderr.lower(), r.stderr[-2000:]
