@@ -12,6 +12,7 @@ GEMM  an experiment: the layer's four GEMMs at M = 1, 8, 64 via cuBLAS, cuBLASLt
 LT  an experiment: cuBLASLt for the GEMMs (kernels per layer, decode at batch 1 and 256, P1); after the others
 SMALLM an experiment: our kernels at <= 8 rows (o_proj; SiLU-and-mul + down) (kernels per layer, decode at 1 and 8, P1)
 TC  an experiment: every decode graph through FlashInfer's tensor-core decode kernel (decode at 1, 64, 256, P1)
+NOBAL the naive twin of the balanced decode choice: the CUDA-core kernel for every decode step (decode at 256, P1)
 P1B where P1's time goes: decode steps against their own floors by batch size, prefill / mixed apart
 PF  prefill of the anchors' 256 prompts against its compute floor (bf16 matmul rate measured in the run)
 tokens  greedy tokens with the fused kernels on vs off over P4's 64-request workload
@@ -442,6 +443,18 @@ def tensor_core_decode(bw: float) -> None:
         fib.CUDA_CORE_GROUP_SIZES = saved
 
 
+def no_balanced(bw: float) -> None:
+    """The naive twin of the balanced decode choice (BALANCED_DECODE = False: every decode step through the CUDA-core
+    kernel, however uneven its contexts), beside the default's P1 and P2 in the same run."""
+    import minisgl_edu.attention.flashinfer as fib
+    print("\nNOBAL experiment: every decode step through the CUDA-core kernel (BALANCED_DECODE = False)", flush=True)
+    saved, fib.BALANCED_DECODE = fib.BALANCED_DECODE, False
+    try:
+        experiment(bw, "nobal", (256,))
+    finally:
+        fib.BALANCED_DECODE = saved
+
+
 def blaslt(bw: float) -> None:
     """Experiment: torch's matmuls through cuBLASLt (`preferred_blas_library`), set before the graphs are
     captured (does the down GEMM's split-K reduce go?). The library is set back afterwards."""
@@ -619,12 +632,13 @@ def main() -> None:
             gemm(bw)
         if "gemv" in args.parts:
             gemv_sweep(bw)
-        if {"lt", "nogemv", "gemvrow", "tc"} & set(args.parts):
+        if {"lt", "nogemv", "gemvrow", "tc", "nobal"} & set(args.parts):
             del llm
             import gc
             gc.collect()
             torch.cuda.empty_cache()
-            for name, fn in (("lt", blaslt), ("nogemv", no_gemv), ("gemvrow", gemv_row), ("tc", tensor_core_decode)):
+            for name, fn in (("lt", blaslt), ("nogemv", no_gemv), ("gemvrow", gemv_row), ("tc", tensor_core_decode),
+                             ("nobal", no_balanced)):
                 if name in args.parts:
                     try:
                         fn(bw)

@@ -66,6 +66,8 @@ class GraphRunner:
         self.prefill_kv_indices = torch.zeros(lanes * engine.max_seq_len, dtype=torch.int32, device=dev)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}  # decode: by batch size
         self.outputs: dict[int, torch.Tensor] = {}
+        self.balanced_graphs: dict[int, torch.cuda.CUDAGraph] = {}  # decode, uneven contexts (FlashInferBackend.balanced)
+        self.balanced_outputs: dict[int, torch.Tensor] = {}
         self.prefill_graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}  # by (decode rows, prompt rows)
         self.prefill_outputs: dict[tuple[int, int], torch.Tensor] = {}
         self.mempool = torch.cuda.graph_pool_handle()  # smaller graphs reuse the largest one's memory
@@ -82,6 +84,10 @@ class GraphRunner:
                 self.prefill_graphs[bs, t], self.prefill_outputs[bs, t] = g, out
             else:
                 self.graphs[bs], self.outputs[bs] = g, out
+        for bs in sorted(getattr(backend, "balanced_wrappers", {}), reverse=True):  # the same step, the other kernel
+            batch = self._static_batch(bs)
+            batch.balanced = True
+            self.balanced_graphs[bs], self.balanced_outputs[bs] = self._capture(batch)
         torch.cuda.synchronize(dev)
         log.info("CUDA graphs captured for decode batch sizes %s and %d prefill shapes (%.0f MiB)", self.sizes,
                  len(self.prefill_keys), (torch.cuda.memory_reserved(dev) - reserved0) / 2**20)
@@ -156,5 +162,6 @@ class GraphRunner:
         self.out_loc[:bs].copy_(batch.out_loc, non_blocking=True)
         if pbs > bs:
             self.out_loc[bs:pbs].fill_(self.dummy_slot)  # stale real slots here would overwrite someone's KV
-        self.graphs[pbs].replay()
-        return self.outputs[pbs][:bs]
+        graphs, outputs = (self.balanced_graphs, self.balanced_outputs) if batch.balanced else (self.graphs, self.outputs)
+        graphs[pbs].replay()
+        return outputs[pbs][:bs]

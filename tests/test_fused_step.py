@@ -288,3 +288,30 @@ def test_one_row_dispatch_on_the_cpu(monkeypatch):
     with pytest.raises(Exception):
         y, new_res = layers.norm_linear(x[:1], res[:1].clone(), norm, col)
         torch.testing.assert_close(new_res, x[:1] + res[:1])
+
+
+def balanced_step_with_padding(seq_lens, size, kv_bytes_per_token):
+    """The wrong rule, kept: the graph's padding lanes (length 1) counted in the mean."""
+    from minisgl_edu.attention import flashinfer as fi
+    return fi.balanced_step(seq_lens, len(seq_lens), kv_bytes_per_token)
+
+
+@pytest.mark.parametrize("rule", ["real", "padding counted"])
+def test_balanced_decode_is_chosen_for_many_uneven_long_contexts_only(rule):
+    """Chapter 7: the tensor-core decode kernel for a step of >= 64 requests whose longest context is >= 1.3 x the mean
+    and whose KV read is long enough to hide its plan; the padding lanes of a graph never count."""
+    from minisgl_edu.attention import flashinfer as fi
+    choose = fi.balanced_step if rule == "real" else balanced_step_with_padding
+    qwen3 = 2 * 28 * 8 * 128 * 2  # K and V bytes per token, all layers
+    pad = lambda lens, to: np.array(list(lens) + [1] * (to - len(lens)), np.int32)  # padding lanes: one key each
+    nearly_even = pad([1000] * 55 + [1200] * 10, 80)  # 65 requests padded to a graph of 80: longest / mean 1.16
+    cases = [(nearly_even, 65, False),  # the CUDA-core kernel (with the 15 padding lanes counted it looks uneven)
+             (pad([400] * 40 + [1500] * 30, 80), 70, True),  # uneven, 70 requests, 6.6 GB of KV
+             (pad([400] * 40 + [1500] * 20, 64), 60, False),  # uneven but under 64 requests
+             (pad([40] * 60 + [150] * 20, 80), 80, False)]  # uneven, many, but 0.2 GB of KV: the plan would show
+    got = [choose(lens, n, qwen3) for lens, n, _ in cases]
+    want = [w for _, _, w in cases]
+    if rule == "real":
+        assert got == want
+    else:  # the mutant declares the padded batch uneven: its mean falls to 838 with the 15 one-key lanes
+        assert got != want and got[0] is True

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from ..graphs import PREFILL_LANES
@@ -26,6 +27,25 @@ SPLIT_MIXED = True
 # the other (False, the twin). Neither fills the H200 alone: in a SmolLM2 mixed step (64 decode rows, a 561-token
 # prompt) they took 17.0 and 19.5 us a layer, one after the other. Same kernels, same plans, so the same numbers
 PARALLEL_MIXED = True
+# a decode step of many requests whose contexts are uneven goes through the tensor-core decode kernel, whose planner
+# cuts long KVs into balanced chunks (True), or always through the CUDA-core kernel (False, the twin). That kernel
+# gives each request's keys to one CTA per head; at 64+ requests they all fit in one wave, so the longest request
+# sets the kernel's length. On the H200's P1 the tensor-core kernel was 3-9 % faster on such steps, and slower on even
+# ones (chapter 7, "Where the offline workload's time goes")
+BALANCED_DECODE = True
+BALANCED_MIN_BS, UNEVEN = 64, 1.3  # from that P1: at 17-64 requests both kernels took the same time
+# its plan costs the host ~0.6 ms more (FlashInfer takes a Python max() over the lengths): only where the KV read
+# alone takes longer than that (4 GiB: ~1 ms at 4 TB/s), so the overlap loop hides it behind the GPU
+BALANCED_MIN_KV_BYTES = 4 << 30
+
+
+def balanced_step(seq_lens: np.ndarray, size: int, kv_bytes_per_token: int) -> bool:
+    """Does a decode step of `size` requests (seq_lens: their device_len, then any padding lanes') want the balanced
+    kernel? Many requests, the longest context at least UNEVEN times the mean, and a long KV read. Padding lanes
+    do not count."""
+    lens = seq_lens[:size].astype(np.int64)
+    return size >= BALANCED_MIN_BS and int(lens.max()) >= UNEVEN * float(lens.mean()) and \
+        int(lens.sum()) * kv_bytes_per_token >= BALANCED_MIN_KV_BYTES
 
 
 @dataclass
@@ -42,7 +62,8 @@ class FlashInferBackend(AttentionBackend):
         super().__init__(kv, pool)
         import flashinfer  # GPU only: the CPU path never imports it
         self.fi = flashinfer
-        _, _, self.kv_heads, self.head_dim = kv.k.shape
+        layers, _, self.kv_heads, self.head_dim = kv.k.shape
+        self.kv_bytes_per_token = 2 * layers * self.kv_heads * self.head_dim * kv.k.element_size()  # K and V, all layers
         self.q_heads, self.dtype = num_q_heads, kv.k.dtype
         dev = kv.k.device
         # one float workspace for the decode wrappers, one for the prefill ones: a mixed step plans one of each
@@ -55,17 +76,21 @@ class FlashInferBackend(AttentionBackend):
         self.prefill_wrapper = flashinfer.BatchPrefillWithPagedKVCacheWrapper(self.prefill_workspace, "NHD", backend="fa2")
         self.decode_wrapper = self._decode_wrapper()
         self.graph_wrappers: dict[tuple[int, int], Any] = {}  # a graph's (batch size, tokens) -> its wrapper (graphs.py)
+        # uneven decode steps: the tensor-core kernel, eager and per graph batch size (where the default is CUDA-core)
+        self.balanced = BALANCED_DECODE and not self.use_tensor_cores
+        self.balanced_wrapper = self._decode_wrapper(tensor_cores=True) if self.balanced else None
+        self.balanced_wrappers: dict[int, Any] = {}  # graph batch size -> its wrapper; graphs.py captures one graph each
         # page_size-1 view of each layer: [slots, 1 token per page, kv_heads, head_dim]
         self.pages = [(kv.k[i].unsqueeze(1), kv.v[i].unsqueeze(1)) for i in range(kv.k.shape[0])]
 
-    def _decode_wrapper(self, bs: int = 0, indices_buf: torch.Tensor | None = None):
+    def _decode_wrapper(self, bs: int = 0, indices_buf: torch.Tensor | None = None, tensor_cores: bool | None = None):
         """bs 0: the eager decode wrapper; bs > 0: one with fixed buffers, for a CUDA graph of that batch size."""
         dev = self.workspace.device
         graph = dict(use_cuda_graph=True, paged_kv_indptr_buffer=torch.zeros(bs + 1, dtype=torch.int32, device=dev),
                      paged_kv_indices_buffer=indices_buf,
                      paged_kv_last_page_len_buffer=torch.ones(bs, dtype=torch.int32, device=dev)) if bs else {}
-        return self.fi.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=self.use_tensor_cores,
-                                                          backend="fa2", **graph)
+        tc = self.use_tensor_cores if tensor_cores is None else tensor_cores
+        return self.fi.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=tc, backend="fa2", **graph)
 
     def _prefill_graph_wrapper(self, lanes: int, indices_buf: torch.Tensor):
         """A prefill wrapper with fixed buffers for `lanes` requests (its first plan fixes its total tokens)."""
@@ -82,6 +107,8 @@ class FlashInferBackend(AttentionBackend):
             self.graph_wrappers[bs, tokens] = self._prefill_graph_wrapper(lanes + (0 if self.split_mixed else bs), indices_buf)
         elif (bs, 0) not in self.graph_wrappers:  # a mixed graph's decode rows share the decode graph's wrapper
             self.graph_wrappers[bs, 0] = self._decode_wrapper(bs, indices_buf)
+            if self.balanced and bs >= BALANCED_MIN_BS:
+                self.balanced_wrappers[bs] = self._decode_wrapper(bs, indices_buf, tensor_cores=True)
 
     def prepare(self, batch: Batch) -> None:
         """A prefill step's decode rows (a mixed step: the first `decode_rows` requests, padded to a graph's
@@ -119,7 +146,15 @@ class FlashInferBackend(AttentionBackend):
                    num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=1, q_data_type=self.dtype,
                    kv_data_type=self.dtype, non_blocking=True)
         else:
-            w = self._plan_decode(args, self.graph_wrappers.get((batch.padded_size, 0)) or self.decode_wrapper)
+            pbs = batch.padded_size
+            if batch.reqs:  # a real step chooses; a graph's capture (no requests) says which graph it captures
+                batch.balanced = self.balanced and (not pbs or pbs in self.balanced_wrappers) and \
+                    balanced_step(args.seq_lens_k.numpy(), batch.size, self.kv_bytes_per_token)
+            if batch.balanced:
+                w = self.balanced_wrappers[pbs] if pbs else self.balanced_wrapper
+            else:
+                w = self.graph_wrappers.get((pbs, 0)) or self.decode_wrapper
+            w = self._plan_decode(args, w)
         out_loc = batch.out_loc if batch.out_loc.dtype == torch.int64 else batch.out_loc.long()
         return FIMetadata(w, args, out_loc)
 

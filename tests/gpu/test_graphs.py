@@ -239,3 +239,39 @@ def test_a_side_stream_that_never_joins_fails_the_capture():
     report(check="side_stream_without_join_fails_capture", returncode=r.returncode, tail=r.stderr[-300:])
     assert r.returncode != 0 and "captured" not in r.stdout, r.stdout[-500:]
     assert "captur" in r.stderr.lower(), r.stderr[-2000:]
+
+
+def test_balanced_decode_for_uneven_contexts_equals_the_default_kernel(monkeypatch):
+    """BALANCED_DECODE: an uneven decode step goes through the tensor-core kernel, in its own graph of that batch
+    size, and gives what the CUDA-core kernel gives (bf16 tolerance: the two split the keys differently); an even
+    step stays on the CUDA-core graph. The thresholds are lowered so that 16 SmolLM2 requests qualify."""
+    import minisgl_edu.attention.flashinfer as fi
+    monkeypatch.setattr(fi, "BALANCED_MIN_BS", 8)
+    monkeypatch.setattr(fi, "BALANCED_MIN_KV_BYTES", 0)
+    engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
+                                 max_running_reqs=MAX_BS, max_total_tokens=32768, cuda_graph_max_bs=MAX_BS,
+                                 cuda_graph_max_extend=0))
+    backend = engine.backend
+    assert backend.balanced and sorted(backend.balanced_wrappers) == sorted(engine.graphs.balanced_graphs) == [8, 16]
+    g = torch.Generator().manual_seed(5)
+    lens = [100] * 10 + [1500] * 5  # 15 requests (a graph of 16): longest / mean 2.6
+    reqs = [Req(i, torch.randint(0, 49152, (n,), generator=g).tolist(), SamplingParams(max_tokens=8))
+            for i, n in enumerate(lens)]
+    for i in range(0, len(reqs), 5):
+        prefill(engine, reqs[i:i + 5])
+    batch = Batch(reqs, "decode")
+    batch.out_loc = engine.pool.assign_locations(reqs)
+    backend.balanced = False  # the reference: the CUDA-core kernel, eager
+    want = hidden(engine, batch, graph=False)
+    assert not batch.balanced
+    backend.balanced = True
+    for graph in (False, True):
+        got = hidden(engine, batch, graph=graph)
+        assert batch.balanced, graph
+        err = ((got - want).norm() / want.norm()).item()
+        report(check="balanced_decode_vs_cuda_core", graph=graph, rel_err=err)
+        assert err < TOL, (graph, err)
+    even = Batch(reqs[:10], "decode")  # ten requests of 100 tokens (their next slots are assigned already)
+    even.out_loc = batch.out_loc[:10]
+    hidden(engine, even, graph=True)
+    assert not even.balanced
