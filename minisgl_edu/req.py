@@ -130,13 +130,13 @@ class Batch:
     padded_size: int = 0  # len(reqs) rounded up to a captured CUDA-graph size
     padded_tokens: int = 0  # a prefill step's prompt rows rounded up to its graph's capacity (graphs.py); 0: none
     decode_rows: int = 0  # a mixed step: its first decode_rows requests extend one sampled token each
-    balanced: bool = False  # a decode step whose attention runs FlashInfer's balanced kernel (chapter 7: uneven contexts)
     # the ledger turned into kernel arguments: out_loc by the scheduler (PagePool.assign_locations,
     # chapter 4), the rest by Engine.prepare (chapter 7)
     input_ids: torch.Tensor | None = None
     positions: torch.Tensor | None = None
     out_loc: torch.Tensor | None = None  # where each new token's K/V is written in the pool
     attn_metadata: Any = None
+    balanced: bool = False  # a decode step whose attention runs FlashInfer's balanced kernel (chapter 7: uneven contexts)
     sample_rows: list[int] = field(default_factory=list)  # batch rows that produce a token
     logprobs: Any = None  # sampling.Logprobs of the sampled rows, when a request asked for them (chapter 9)
 
