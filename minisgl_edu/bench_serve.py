@@ -548,31 +548,58 @@ def offline_subprocess(args, seed: int, threads: int | None = None) -> dict:
 
 
 def step_totals(url: str) -> dict:
-    """{phase: (seconds, steps)} so far, from the server's /metrics step-time histogram ({} without one)."""
+    """{phase: (seconds, steps, [(upper bound, cumulative steps), ...])} so far, from the server's /metrics
+    step-time histogram ({} without one)."""
     import httpx
-    sums, counts = {}, {}
+    sums, counts, buckets = {}, {}, {}
     try:
         r = httpx.get(url + "/metrics", timeout=10)
         from prometheus_client.parser import text_string_to_metric_families
         for fam in text_string_to_metric_families(r.text if r.status_code == 200 else ""):
             for s in fam.samples if fam.name == "minisgl:step_time_seconds" else ():
+                phase = s.labels["phase"]
                 if s.name.endswith("_sum"):
-                    sums[s.labels["phase"]] = s.value
+                    sums[phase] = s.value
                 elif s.name.endswith("_count"):
-                    counts[s.labels["phase"]] = s.value
+                    counts[phase] = s.value
+                elif s.name.endswith("_bucket"):
+                    buckets.setdefault(phase, []).append((float(s.labels["le"]), s.value))
     except Exception:  # another server, or one without /metrics
         return {}
-    return {p: (sums[p], counts[p]) for p in sums if p in counts}
+    return {p: (sums[p], counts[p], sorted(buckets.get(p, []))) for p in sums if p in counts}
+
+
+def step_median(buckets: list[tuple[float, float]], q: float = 0.5) -> float | None:
+    """The q-quantile of a Prometheus histogram, given as sorted (upper bound, cumulative count) pairs, by linear
+    interpolation inside the bucket that holds it (PromQL's histogram_quantile); None when it is empty or lies
+    in the +Inf bucket."""
+    total = buckets[-1][1] if buckets else 0
+    if total <= 0:
+        return None
+    rank, lo, below = q * total, 0.0, 0.0
+    for le, cum in buckets:
+        if cum >= rank and cum > below:
+            return None if le == float("inf") else lo + (le - lo) * (rank - below) / (cum - below)
+        lo, below = le, cum
+    return None
 
 
 def bench_serve_timed(a, url: str) -> dict:
-    """bench_serve, plus the server's mean step time by phase during this run (ms, from /metrics)."""
+    """bench_serve, plus the server's step time by phase during this run (ms, from /metrics): the mean (step_ms)
+    and the median (step_median_ms, from the histogram's buckets)."""
     before = step_totals(url)
     s = bench_serve(a)
     s.pop("config")
     after = step_totals(url)
-    s["step_ms"] = {p: 1e3 * (t - before.get(p, (0, 0))[0]) / (n - before.get(p, (0, 0))[1])
-                    for p, (t, n) in after.items() if n > before.get(p, (0, 0))[1]}
+    s["step_ms"], s["step_median_ms"] = {}, {}
+    for p, (t, n, b) in after.items():
+        t0, n0, b0 = before.get(p, (0, 0, []))
+        if n > n0:
+            s["step_ms"][p] = 1e3 * (t - t0) / (n - n0)
+            was = dict(b0)
+            med = step_median([(le, c - was.get(le, 0)) for le, c in b])
+            if med is not None:
+                s["step_median_ms"][p] = 1e3 * med
     return s
 
 

@@ -330,3 +330,37 @@ def test_bench_against_the_cpu_server_completes_without_failures(tmp_path):
     assert serve["total_output_tokens"] == offline["total_output_tokens"] == expected  # ignore_eos: exact lengths
     assert serve["ttft_ms"]["median"] > 0 and serve["itl_ms"]["median"] > 0
     assert res["ratio_serve"]["median"] > 0 and run["serve"]["step_ms"].get("decode", 0) > 0
+    assert run["serve"]["step_median_ms"].get("decode", 0) > 0  # from the step histogram's buckets
+
+
+def step_median_upper_bound(buckets, q=0.5):
+    """The wrong median, kept: the upper bound of the bucket that holds it, with no interpolation."""
+    total = buckets[-1][1]
+    return next(le for le, cum in buckets if cum >= q * total)
+
+
+@pytest.mark.parametrize("median", ["interpolated", "upper bound"])
+def test_step_median_from_the_servers_own_buckets(median):
+    """The ITL target compares against the median decode step: read from /metrics' step histogram (STEP_BUCKETS,
+    0.1 ms apart where steps fall) by histogram_quantile's interpolation, within 0.01 ms of the samples' median;
+    their mean, pulled up by a few slow steps, is not it."""
+    import itertools
+    import statistics
+
+    from minisgl_edu.bench_serve import step_median
+    from minisgl_edu.server.metrics import STEP_BUCKETS, Histogram
+    rnd = random.Random(0)
+    samples = [rnd.uniform(1.30e-3, 1.45e-3) for _ in range(1000)] + [2.5e-3] * 50  # decode steps, a few mixed
+    h = Histogram(STEP_BUCKETS)
+    for v in samples:
+        h.observe(v)
+    buckets = list(zip(STEP_BUCKETS + (math.inf,), itertools.accumulate(h.counts)))
+    got = (step_median if median == "interpolated" else step_median_upper_bound)(buckets)
+    true = statistics.median(samples)
+    assert abs(statistics.mean(samples) - true) > 4e-5  # the mean is not the median here
+    if median == "interpolated":
+        assert abs(got - true) < 1e-5, (got, true)
+        assert step_median([]) is None and step_median([(0.001, 0), (math.inf, 0)]) is None
+        assert step_median([(0.001, 0), (math.inf, 3)]) is None  # in the +Inf bucket: no bound to interpolate to
+    else:  # the mutant is off by most of a bucket
+        assert abs(got - true) > 1e-5
