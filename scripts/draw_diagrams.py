@@ -8,7 +8,9 @@ Two kinds of figure, neither drawn by hand:
   radix tree before and after insert, split, lock and evict (chapter 5), built with PagePool / RadixCache
   and drawn with the notebook helpers (`minisgl_edu.notebook.plot_pages`, `plot_tree`);
 * from the committed notebooks: the plot a chapter's prose talks about, copied byte for byte out of the
-  stored outputs (found by a phrase of its cell's source, so a moved cell is still found).
+  stored outputs (found by a phrase of its cell's source, so a moved cell is still found);
+* from the committed H200 measurements: chapter 7's P1 breakdown, drawn from `benchmarks/results.json`'s rows of
+  one `bench_gpu.py p1b nobal` run (each decode step against its own floor, by batch size).
 """
 from __future__ import annotations
 
@@ -126,6 +128,46 @@ def draw_radix_tree(path: Path) -> None:
     plt.close(fig)
 
 
+P1B_COMMIT = "d9cc2c1"  # the run chapter 7 quotes: the balanced default and its twin (nobal) in one process
+
+
+def p1b_bins(commit: str = P1B_COMMIT) -> dict[str, list[tuple[str, float, float]]]:
+    """{"balanced" | "cuda-core": [(batch-size bin, GPU / floor in P1, a uniform batch's GPU / floor), ...]} from
+    results.json's p1b rows of that commit (the uniform twin's ratio is in each row's note)."""
+    import re
+    rows = json.loads((ROOT / "benchmarks" / "results.json").read_text())
+    out: dict[str, list[tuple[str, float, float]]] = {"balanced": [], "cuda-core": []}
+    for r in rows:
+        m = re.fullmatch(r"p1b(_nobal)?_decode_bs(\d+)_(\d+)", r["metric"])
+        if r["commit"] == commit and m:
+            uniform = float(re.search(r": ([\d.]+) x its floor", r["note"]).group(1))
+            out["cuda-core" if m.group(1) else "balanced"].append((f"{m.group(2)}-{m.group(3)}", r["value"], uniform))
+    return out
+
+
+def draw_p1_breakdown(path: Path) -> None:
+    """Chapter 7: P1's decode steps against their own floors by batch size, both kernels, beside uniform batches."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    bins = p1b_bins()
+    labels = [b for b, _, _ in bins["cuda-core"]]
+    x, w = np.arange(len(labels)), 0.27
+    fig, ax = plt.subplots(figsize=(8.5, 3.4))
+    ax.bar(x - w, [u for _, _, u in bins["cuda-core"]], w, label="a uniform batch (CUDA-core kernel)", color="#bbbbbb")
+    ax.bar(x, [v for _, v, _ in bins["cuda-core"]], w, label="P1, CUDA-core kernel always (nobal)", color="#4c72b0")
+    ax.bar(x + w, [v for _, v, _ in bins["balanced"]], w, label="P1, balanced decode (default)", color="#dd8452")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(x, labels)
+    ax.set_xlabel("requests in the decode step")
+    ax.set_ylabel("GPU time / memory floor")
+    ax.set_title(f"P1's decode steps against their own floors (H200, Qwen3-0.6B, commit {P1B_COMMIT})", fontsize=9)
+    ax.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     if "--check" in argv:
@@ -138,6 +180,7 @@ def main(argv: list[str]) -> int:
     extract_notebook_figures()
     draw_page_table(OUT / "04-page-table.png")
     draw_radix_tree(OUT / "05-insert-split-evict.png")
+    draw_p1_breakdown(OUT / "07-p1-breakdown.png")
     print("wrote", ", ".join(sorted(p.name for p in OUT.glob("*.png"))))
     return 0
 
