@@ -38,8 +38,7 @@ def weight_bytes(model: torch.nn.Module) -> int:
 
 
 def kv_bytes_per_token(engine) -> int:
-    k = engine.kv.k
-    return 2 * k.shape[0] * k.shape[2] * k.shape[3] * k.element_size()  # K and V, every layer
+    return engine.kv.bytes_per_token  # K and V, every layer
 
 
 def decode_floor_s(prompt_lens: list[int], output_lens: list[int], w_bytes: int, kv_tok: int, bw: float) -> float:

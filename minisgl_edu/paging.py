@@ -49,6 +49,8 @@ class KVCache:
         self.k, self.v = self.kv[0], self.kv[1]  # K and V side by side: one copy can write both (store_kv)
         self.kv[:, :, num_pages * page_size:].zero_()
         self.dummy_page = num_pages
+        # what one token's K and V take, over every layer: a decode step reads this per token of context
+        self.bytes_per_token = 2 * num_layers * kv_heads * head_dim * self.kv.element_size()
 
     def store(self, layer: int, out_loc: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         self.k[layer][out_loc] = k

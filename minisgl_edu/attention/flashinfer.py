@@ -62,8 +62,7 @@ class FlashInferBackend(AttentionBackend):
         super().__init__(kv, pool)
         import flashinfer  # GPU only: the CPU path never imports it
         self.fi = flashinfer
-        layers, _, self.kv_heads, self.head_dim = kv.k.shape
-        self.kv_bytes_per_token = 2 * layers * self.kv_heads * self.head_dim * kv.k.element_size()  # K and V, all layers
+        _, _, self.kv_heads, self.head_dim = kv.k.shape
         self.q_heads, self.dtype = num_q_heads, kv.k.dtype
         dev = kv.k.device
         # one float workspace for the decode wrappers, one for the prefill ones: a mixed step plans one of each
@@ -149,7 +148,7 @@ class FlashInferBackend(AttentionBackend):
             pbs = batch.padded_size
             if batch.reqs:  # a real step chooses; a graph's capture (no requests) says which graph it captures
                 batch.balanced = self.balanced and (not pbs or pbs in self.balanced_wrappers) and \
-                    balanced_step(args.seq_lens_k.numpy(), batch.size, self.kv_bytes_per_token)
+                    balanced_step(args.seq_lens_k.numpy(), batch.size, self.kv.bytes_per_token)
             if batch.balanced:
                 w = self.balanced_wrappers[pbs] if pbs else self.balanced_wrapper
             else:
