@@ -265,12 +265,22 @@ def test_balanced_decode_for_uneven_contexts_equals_the_default_kernel(monkeypat
     want = hidden(engine, batch, graph=False)
     assert not batch.balanced
     backend.balanced = True
+    got = {}
     for graph in (False, True):
-        got = hidden(engine, batch, graph=graph)
+        got[graph] = hidden(engine, batch, graph=graph)
         assert batch.balanced, graph
-        err = ((got - want).norm() / want.norm()).item()
+        err = ((got[graph] - want).norm() / want.norm()).item()
         report(check="balanced_decode_vs_cuda_core", graph=graph, rel_err=err)
-        assert err < PREFILL_TOL, (graph, err)  # the tensor-core kernel is the prefill kernel: 1.16e-2 on the H200
+        assert 0 < err < PREFILL_TOL, (graph, err)  # the other kernel (not 0) and close: 1.16e-2 on the H200
+    assert torch.equal(got[True], got[False])  # the balanced graph replayed: bit for bit its eager step
+    runner = engine.graphs  # the mutant: a runner that replays the CUDA-core graph although the plan chose balanced
+    saved = runner.balanced_graphs, runner.balanced_outputs
+    runner.balanced_graphs, runner.balanced_outputs = runner.graphs, runner.outputs
+    try:
+        wrong = hidden(engine, batch, graph=True)
+    finally:
+        runner.balanced_graphs, runner.balanced_outputs = saved
+    assert batch.balanced and not torch.equal(wrong, got[False])  # caught: the check above would fail on it
     even = Batch(reqs[:10], "decode")  # ten requests of 100 tokens (their next slots are assigned already)
     even.out_loc = batch.out_loc[:10]
     hidden(engine, even, graph=True)
