@@ -36,6 +36,7 @@ class EngineConfig:
     gemv_kernel: bool = True  # with fused_kernels: one row through our GEMV, SiLU-and-mul + down in one launch; False: cuBLAS
     moe_impl: str | None = None  # "reference" | "grouped" (chapter 10); None: reference on CPU, grouped on CUDA
     lean_step: bool = True  # skip per-step work no request needs (sampling controls, float32 logits); False: the plain step
+    warm_start: bool = True  # CUDA: replay each graph once and run the LM head at every row count before serving; False: first uses pay
     host_threads: int | None = None  # torch's CPU threads in this process; None: host_threads_for's rule (4 on CUDA)
     seed: int = 0
 

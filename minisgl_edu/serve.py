@@ -43,6 +43,9 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                     help="FlashInfer's q/k norm + RoPE kernels instead of our one-launch kernel")
     ap.add_argument("--no-gemv-kernel", dest="gemv_kernel", action="store_false",
                     help="cuBLAS for a one-row decode step's products instead of our GEMV")
+    ap.add_argument("--no-warm-start", dest="warm_start", action="store_false",
+                    help="serve without first replaying every CUDA graph and running the LM head at every row count "
+                         "(each one's first use then stalls a step by ms)")
     ap.add_argument("--moe-impl", choices=["reference", "grouped"], help="MoE experts (default: grouped on CUDA)")
     ap.add_argument("--dummy-weights", action="store_true", help="random weights from the config (benchmarks)")
     ap.add_argument("--max-running-reqs", type=int)

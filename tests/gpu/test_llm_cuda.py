@@ -107,3 +107,20 @@ def test_mixed_steps_in_graphs_finish_clean(smol):
         assert ("mixed" in phases) == mixed
     same = sum(a == b for a, b in zip(runs[False], runs[True]))
     report(check="mixed_graphs_vs_prefill_first_eager", requests=len(prompts), identical=same)
+
+
+def test_warm_start_changes_no_token(smol):
+    """warm_start (the default) replays every graph once at capture and runs the LM head at every row count:
+    it may write only the dummy page, so the same workload through an engine built with warm_start=False (the
+    twin: first uses pay in served steps) gives the same greedy tokens. Both engines share one GPU in turn."""
+    assert smol.engine.cfg.warm_start
+    prompts, params = workload(24, smol.engine.vocab_size, seed=3)
+    fresh_scheduler(smol, True)
+    warm = [o["token_ids"] for o in smol.generate(prompts, params, use_tqdm=False)]
+    cold_llm = LLM(str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True, cuda_graph_max_bs=64,
+                   max_total_tokens=65536, warm_start=False)
+    cold = [o["token_ids"] for o in cold_llm.generate(prompts, params, use_tqdm=False)]
+    cold_llm.scheduler.check_integrity()
+    del cold_llm
+    report(check="warm_start_identical", requests=len(prompts), identical=sum(a == b for a, b in zip(warm, cold)))
+    assert warm == cold
