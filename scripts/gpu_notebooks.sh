@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Issue 7: execute all nine notebooks on a GPU machine and bring them back as $OUT/notebooks.tar.
 # The notebooks run the default model (SmolLM2-135M, 538 MB as float32), and a lent H200 has no internet
-# and takes 64 MiB per call, so its 98 MB GGUF file travels in two pieces, one call each, and is
+# and takes 64 MiB per call, so its 98 MB GGUF file travels in three pieces of 40 MB (the tree itself is ~11 MB), one call each, and is
 # converted there (about 20 s). Here, on the machine with the repo:
-#   bash scripts/gpu_notebooks.sh prepare       # .nbw/gguf.00 and .nbw/gguf.01, .gpu/COMMIT
+#   bash scripts/gpu_notebooks.sh prepare       # .nbw/gguf.00, .01 and .02, .gpu/COMMIT
 #   device run, carry [".nbw/gguf.00"]: true    # the machine keeps ignored paths while it stays warm
-#   device run, carry [".nbw/gguf.01"]: true    # (30 s: make the three calls back to back)
+#   device run, carry [".nbw/gguf.01"]: true, then [".nbw/gguf.02"]: true   # (30 s: make the calls back to back)
 #   device run, carry [".gpu"], kind nvidia-h200-x2 for all three: bash scripts/gpu_notebooks.sh
 #   tar -xf <files_at>/notebooks.tar -C notebooks/   # then commit the executed notebooks
 # Two GPUs let notebook 08 run its two ranks on CUDA; on one GPU it falls back to CPU ranks.
@@ -16,7 +16,7 @@ GGUF_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  # 
 if [ "${1:-}" = prepare ]; then
     cd "$(dirname "$0")/.."
     src=$(python3 -c "from minisgl_edu.default_model import gguf_path; print(gguf_path())") || exit 1
-    mkdir -p .nbw .gpu && rm -f .nbw/gguf.* && split -b 56M -d "$src" .nbw/gguf. && ls -l .nbw
+    mkdir -p .nbw .gpu && rm -f .nbw/gguf.* && split -b 40M -d "$src" .nbw/gguf. && ls -l .nbw
     dirty=$(git status --porcelain --untracked-files=no | grep -q . && echo "+uncommitted changes")
     echo "$(git rev-parse --short HEAD)$dirty" > .gpu/COMMIT && cat .gpu/COMMIT
     exit 0
