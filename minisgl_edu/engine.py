@@ -65,7 +65,7 @@ class Engine:
     def warm_up_logits(self) -> None:
         """Run the LM head and the argmax once at every row count a step can sample (1..max_running_reqs).
         cuBLAS picks another kernel as the row count grows, and CUDA loads a kernel on its first launch: served,
-        the first step that samples 9, 17, 25, ... rows stalled 3-5 ms (H200 step traces). Now it happens here."""
+        the first step that samples 9, 17, 25, ... rows stalled 3-10 ms (H200 step traces). Now it happens here."""
         h = torch.zeros(self.cfg.max_running_reqs, self.model_config.hidden_size, dtype=self.dtype, device=self.device)
         with self.on_stream():  # the stream the steps' LM head runs on
             for m in range(1, len(h) + 1):
