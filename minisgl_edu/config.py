@@ -54,6 +54,7 @@ class SchedulerConfig(EngineConfig):
     overlap: bool | None = None  # None: on for CUDA, off on the CPU (chapter 6)
     mixed_chunk: bool | None = None  # decode rows ride in every prefill step (chapter 6); None: on for CUDA, off on the CPU
     mixed_prefill_tokens: int | None = None  # the token budget of a prefill step decode rows ride in; None: max_prefill_tokens
+    mixed_backlog_tokens: int | None = None  # ... while at most this many prompt tokens wait (more: the full budget); None: always
     trace: str | None = None  # a Perfetto step trace (chapter 6); with tp > 1 rank 0 writes it at exit
     hop_log: str | None = None  # every process appends one JSON line per message hop here (chapter 1)
     tp_timeout_s: float = 600.0  # a collective that waits longer raises instead of hanging (chapter 8)
@@ -64,7 +65,7 @@ class SchedulerConfig(EngineConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        _at_least_one(self, "tp", "max_prefill_tokens", "mixed_prefill_tokens")
+        _at_least_one(self, "tp", "max_prefill_tokens", "mixed_prefill_tokens", "mixed_backlog_tokens")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -53,6 +53,7 @@ class Scheduler:
         self.mixed_chunk = cuda if cfg.mixed_chunk is None else cfg.mixed_chunk
         # a smaller budget while requests decode: shorter mixed steps (a lower ITL tail), more of them (a later first token)
         self.mixed_prefill_tokens = min(cfg.mixed_prefill_tokens or self.max_prefill_tokens, self.max_prefill_tokens)
+        self.mixed_backlog_tokens = cfg.mixed_backlog_tokens  # a longer queue: the full budget (throughput first)
         self.eos = set(eos_token_ids)
         engine.eos_token_ids = tuple(self.eos)  # min_tokens masks them in the sampler
         self.pending: deque[Req] = deque()  # waiting for admission; a chunked request sits in front
@@ -112,7 +113,7 @@ class Scheduler:
         # only admission needs the reserved size: skip the sum over every running request otherwise
         reserved = reserved_pages(self.running, self.page_size) if self.pending else 0
         mixed = self.mixed_chunk and self.running
-        adder = PrefillAdder(self.mixed_prefill_tokens if mixed else self.max_prefill_tokens, reserved, self.pool, self.cache)
+        adder = PrefillAdder(self.token_budget() if mixed else self.max_prefill_tokens, reserved, self.pool, self.cache)
         for req in self.pending:
             if not adder.try_add(req):
                 break
@@ -127,6 +128,18 @@ class Scheduler:
         if self.pending and not self.running and self.in_flight is None:
             raise RuntimeError(f"cannot admit a request into an idle engine: {adder.log}")
         return Batch(list(self.running), "decode") if self.running else None
+
+    def token_budget(self) -> int:
+        """A mixed step's token budget: the mixed one while the waiting prompts' tokens (the backlog) are at most
+        `mixed_backlog_tokens`, the full one once a queue has formed."""
+        if self.mixed_prefill_tokens >= self.max_prefill_tokens or self.mixed_backlog_tokens is None:
+            return self.mixed_prefill_tokens
+        backlog = 0
+        for req in self.pending:  # stops at the limit: a long queue is not summed every step
+            backlog += req.prompt_len - req.cached_len
+            if backlog > self.mixed_backlog_tokens:
+                return self.max_prefill_tokens
+        return self.mixed_prefill_tokens
 
     # ---- launch --------------------------------------------------------------------------------
     def launch(self, batch: Batch) -> torch.Tensor:

@@ -106,6 +106,36 @@ def test_mixed_prefill_tokens_caps_the_steps_decode_rows_ride_in(path):
     assert outs[8] == outs[None]
 
 
+def test_mixed_backlog_tokens_gives_a_queue_the_full_budget(path):
+    """--mixed-backlog-tokens 48: one 40-token prompt waiting (backlog 40) goes in mixed steps of at most 8 tokens;
+    three at once (backlog 120) get the full budget of 64 in their first mixed step, and the tokens do not change."""
+    rng = random.Random(5)
+    first, prompts = [rng.randrange(VOCAB) for _ in range(5)], [[rng.randrange(VOCAB) for _ in range(40)] for _ in range(3)]
+    outs = {}
+    for limit in (None, 48):
+        llm = tiny_llm(path, max_prefill_tokens=64, mixed_chunk=True, mixed_prefill_tokens=8, mixed_backlog_tokens=limit)
+        sched, extended = llm.scheduler, []
+        reqs = [sched.add_request(0, first, SP)]
+        sched.step()  # nothing decodes yet: a plain prefill step
+        for n, group in ((1, prompts[:1]), (3, prompts)):
+            if n == 3:
+                reqs += [sched.add_request(10 + i, p, SP) for i, p in enumerate(group)]
+            else:
+                reqs.append(sched.add_request(1, group[0], SP))
+            start = len(sched.stats)
+            while any(r.device_len < r.prompt_len for r in reqs):
+                sched.step()
+            extended.append([st.tokens - st.decode_rows for st in list(sched.stats)[start:] if st.phase == "mixed"])
+        while not sched.idle:
+            sched.step()
+        one, three = extended
+        assert max(one) <= 8  # a short queue: the mixed budget either way
+        assert max(three) == (64 if limit else 8)  # a queue: the full budget only with the limit
+        outs[limit] = [r.output_ids for r in reqs]
+        assert_clean(llm)
+    assert outs[48] == outs[None]
+
+
 def test_overlap_stops_on_eos_like_normal(path):
     prompts = mixed_prompts(1)
     ref = run(tiny_llm(path).scheduler, prompts)
