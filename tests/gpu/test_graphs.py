@@ -285,3 +285,35 @@ def test_balanced_decode_for_uneven_contexts_equals_the_default_kernel(monkeypat
     even.out_loc = batch.out_loc[:10]
     hidden(engine, even, graph=True)
     assert not even.balanced
+
+
+def slots_written_outside_the_dummy_page(kv, before: torch.Tensor) -> list[int]:
+    """The pool check: slots (outside the dummy page) whose K or V differ from the snapshot `before`."""
+    dummy = kv.dummy_page * (kv.kv.shape[2] // (kv.dummy_page + 1))
+    changed = (kv.kv != before).flatten(3).any(-1).any(1).any(0)  # [slots]
+    return changed[:dummy].nonzero().flatten().tolist()
+
+
+def test_capture_and_warm_start_write_only_the_dummy_page():
+    """Building the graphs (two eager warm-up forwards, the capture, warm start's one replay of each graph) over a
+    pool full of someone's K/V changes no slot but the dummy page's. The mutant: a replay whose out_loc points at
+    slot 0 (a stale real slot) is caught by the same check."""
+    from minisgl_edu.graphs import GraphRunner
+    engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
+                                 max_running_reqs=MAX_BS, max_total_tokens=8192, cuda_graph_max_bs=0,
+                                 cuda_graph_max_extend=512))
+    assert engine.graphs is None and engine.cfg.warm_start
+    kv = engine.kv
+    kv.kv.normal_(generator=torch.Generator(kv.kv.device).manual_seed(0))  # every slot holds a value
+    before = kv.kv.clone()
+    runner = GraphRunner(engine, MAX_BS, progress=False)
+    torch.cuda.synchronize()
+    assert len(runner.graphs) == 5 and len(runner.prefill_graphs) == 2 * 6  # (0, 1, 2, 4, 8, 16) x (256, 512)
+    assert not (kv.kv[:, :, kv.dummy_page * engine.pool.page_size:] == before[:, :, kv.dummy_page * engine.pool.page_size:]).all()
+    written = slots_written_outside_the_dummy_page(kv, before)
+    report(check="capture_and_warm_start_pool", graphs=len(runner.graphs) + len(runner.prefill_graphs), slots_written=len(written))
+    assert written == []
+    runner.out_loc.fill_(0)  # the mutant: a replay with a stale slot where the dummy slot belongs
+    runner.graphs[1].replay()
+    torch.cuda.synchronize()
+    assert slots_written_outside_the_dummy_page(kv, before) == [0]
