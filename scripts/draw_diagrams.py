@@ -10,7 +10,8 @@ Two kinds of figure, neither drawn by hand:
 * from the committed notebooks: the plot a chapter's prose talks about, copied byte for byte out of the
   stored outputs (found by a phrase of its cell's source, so a moved cell is still found);
 * from the committed H200 measurements: chapter 7's P1 breakdown, drawn from `benchmarks/results.json`'s rows of
-  one `bench_gpu.py p1b nobal` run (each decode step against its own floor, by batch size).
+  one `bench_gpu.py p1b nobal` run (each decode step against its own floor, by batch size); chapter 9's inter-token
+  gaps of one served trace, by the kind of step around them (`benchmarks/issue18/h200-s11/tail_qwen3-0.6b.json`).
 """
 from __future__ import annotations
 
@@ -168,6 +169,49 @@ def draw_p1_breakdown(path: Path) -> None:
     plt.close(fig)
 
 
+TAIL = ROOT / "benchmarks" / "issue18" / "h200-s11" / "tail_qwen3-0.6b.json"  # tail.py --dump of one serve --trace
+TAIL_KINDS = {"decode/next decode": ("a decode step, then a decode step", "#bbbbbb"),
+              "decode/next mixed": ("a decode step, then a mixed step (its tokens wait for that launch)", "#4c72b0"),
+              "mixed/next decode": ("a mixed step (its own GPU time)", "#dd8452"),
+              "mixed/next mixed": ("a mixed step, then a mixed step", "#c44e52")}
+
+
+def draw_itl_tail(path: Path, src: Path = TAIL) -> None:
+    """Chapter 9: every token's wait since its request's previous token (server side: one step's emission to the
+    next), stacked by the kind of step that ends it, beside the target (twice the median decode step)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    data = json.loads(src.read_text())
+    iv = np.array([x for x, _, _ in data["intervals"]])
+    w = np.array([n for _, n, _ in data["intervals"]], float)
+    lab = np.array([k for _, _, k in data["intervals"]])
+    order = np.argsort(iv)
+    p99 = iv[order][np.searchsorted(np.cumsum(w[order]) / w.sum(), 0.99)]
+    step = data["median_decode_forward_ms"]
+    edges = np.arange(1.0, 6.01, 0.1)
+    fig, ax = plt.subplots(figsize=(8.5, 3.4))
+    bottom = np.zeros(len(edges) - 1)
+    for kind, (name, color) in TAIL_KINDS.items():
+        h, _ = np.histogram(np.clip(iv[lab == kind], edges[0], edges[-1] - 1e-9), edges, weights=w[lab == kind])
+        ax.bar(edges[:-1], h / w.sum(), 0.1, bottom=bottom, align="edge", color=color, label=name)
+        bottom += h / w.sum()
+    ax.set_yscale("log")
+    ax.set_ylim(top=8)  # room above the bars for the legend
+    ax.axvline(2 * step, color="black", lw=1, ls="--")
+    lo = ax.get_ylim()[0]
+    ax.text(2 * step, lo * 3, f" 2 x the median decode step's\n device span ({2 * step:.2f} ms)", fontsize=8)
+    ax.axvline(p99, color="#c44e52", lw=1)
+    ax.text(p99, 0.03, f"p99 {p99:.2f} ms ", fontsize=8, color="#c44e52", ha="right")
+    ax.set_xlabel("interval between two of a request's tokens, at the server (ms; the last bin holds the rest)")
+    ax.set_ylabel("share of tokens")
+    ax.set_title("Qwen3-0.6B served at 21.5 req/s on the H200 (serve --trace, commit 41d4316)", fontsize=9)
+    ax.legend(fontsize=7.5, frameon=False, loc="upper left", ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     if "--check" in argv:
@@ -181,6 +225,7 @@ def main(argv: list[str]) -> int:
     draw_page_table(OUT / "04-page-table.png")
     draw_radix_tree(OUT / "05-insert-split-evict.png")
     draw_p1_breakdown(OUT / "07-p1-breakdown.png")
+    draw_itl_tail(OUT / "09-itl-tail.png")
     print("wrote", ", ".join(sorted(p.name for p in OUT.glob("*.png"))))
     return 0
 

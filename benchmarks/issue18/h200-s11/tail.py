@@ -1,9 +1,15 @@
 """Which steps make the ITL tail: token-weighted emit intervals (process end to process end, weighted by decode rows),
 each labelled by the phase of the step whose tokens end it and of the step launched just before those tokens were
-processed (its host launch sits inside the interval)."""
-import collections, json, sys
+processed (its host launch sits inside the interval).
+
+    python tail.py TRACE.json [THRESHOLD_MS] [--dump OUT.json]   (--dump: every interval as [ms, tokens, label], for
+                                                                  scripts/draw_diagrams.py's chapter-9 figure)"""
+import collections, json, os, sys
 import numpy as np
-t = json.load(open(sys.argv[1])); thr = float(sys.argv[2]) if len(sys.argv) > 2 else 2.8
+argv = sys.argv[1:]
+dump = argv.pop(argv.index("--dump") + 1) if "--dump" in argv else None
+argv = [a for a in argv if a != "--dump"]
+t = json.load(open(argv[0])); thr = float(argv[1]) if len(argv) > 1 else 2.8
 ev = t['traceEvents'] if isinstance(t, dict) else t
 steps = collections.defaultdict(dict)
 for e in ev:
@@ -38,3 +44,6 @@ for l in sorted(tot, key=lambda l: -big[l]):
 print("largest 30: interval | this phase bs tok fwd-span | next sched launch phase | process")
 for x in sorted(info, key=lambda x: -x[0])[:30]:
     print("  %6.3f | %-7s bs %3d tok %5d fwd %6.3f | next sched %.3f launch %.3f %-7s | proc %.3f" % x)
+if dump:
+    json.dump({"source": os.path.basename(argv[0]), "median_decode_forward_ms": round(float(np.median(dec)), 4),
+               "intervals": [[round(float(x), 4), int(ww), l] for x, ww, l in zip(iv, w, lab)]}, open(dump, "w"))
