@@ -66,6 +66,8 @@ class SchedulerConfig(EngineConfig):
     def __post_init__(self):
         super().__post_init__()
         _at_least_one(self, "tp", "max_prefill_tokens", "mixed_prefill_tokens", "mixed_backlog_tokens")
+        if self.mixed_backlog_tokens is not None and self.mixed_prefill_tokens is None:  # it would change nothing
+            raise ValueError("mixed_backlog_tokens limits mixed_prefill_tokens, which is not set")
 
 
 @dataclass(frozen=True, kw_only=True)

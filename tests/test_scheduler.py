@@ -106,34 +106,55 @@ def test_mixed_prefill_tokens_caps_the_steps_decode_rows_ride_in(path):
     assert outs[8] == outs[None]
 
 
-def test_mixed_backlog_tokens_gives_a_queue_the_full_budget(path):
-    """--mixed-backlog-tokens 48: one 40-token prompt waiting (backlog 40) goes in mixed steps of at most 8 tokens;
-    three at once (backlog 120) get the full budget of 64 in their first mixed step, and the tokens do not change."""
+def backlog_run(path, limit):
+    """A 5-token request decoding, then one 40-token prompt (backlog 40), then three at once (backlog 120), with
+    max_prefill_tokens 64 and mixed_prefill_tokens 8: the prompt tokens of each mixed step after each arrival,
+    and every request's output ids."""
     rng = random.Random(5)
     first, prompts = [rng.randrange(VOCAB) for _ in range(5)], [[rng.randrange(VOCAB) for _ in range(40)] for _ in range(3)]
-    outs = {}
-    for limit in (None, 48):
-        llm = tiny_llm(path, max_prefill_tokens=64, mixed_chunk=True, mixed_prefill_tokens=8, mixed_backlog_tokens=limit)
-        sched, extended = llm.scheduler, []
-        reqs = [sched.add_request(0, first, SP)]
-        sched.step()  # nothing decodes yet: a plain prefill step
-        for n, group in ((1, prompts[:1]), (3, prompts)):
-            if n == 3:
-                reqs += [sched.add_request(10 + i, p, SP) for i, p in enumerate(group)]
-            else:
-                reqs.append(sched.add_request(1, group[0], SP))
-            start = len(sched.stats)
-            while any(r.device_len < r.prompt_len for r in reqs):
-                sched.step()
-            extended.append([st.tokens - st.decode_rows for st in list(sched.stats)[start:] if st.phase == "mixed"])
-        while not sched.idle:
+    llm = tiny_llm(path, max_prefill_tokens=64, mixed_chunk=True, mixed_prefill_tokens=8, mixed_backlog_tokens=limit)
+    sched, extended = llm.scheduler, []
+    reqs = [sched.add_request(0, first, SP)]
+    sched.step()  # nothing decodes yet: a plain prefill step
+    for group in (prompts[:1], prompts):
+        reqs += [sched.add_request(len(reqs) + i, p, SP) for i, p in enumerate(group)]
+        start = len(sched.stats)
+        while any(r.device_len < r.prompt_len for r in reqs):
             sched.step()
-        one, three = extended
-        assert max(one) <= 8  # a short queue: the mixed budget either way
-        assert max(three) == (64 if limit else 8)  # a queue: the full budget only with the limit
-        outs[limit] = [r.output_ids for r in reqs]
-        assert_clean(llm)
-    assert outs[48] == outs[None]
+        extended.append(max(st.tokens - st.decode_rows for st in list(sched.stats)[start:] if st.phase == "mixed"))
+    while not sched.idle:
+        sched.step()
+    assert_clean(llm)
+    return extended, [r.output_ids for r in reqs]
+
+
+def test_mixed_backlog_tokens_gives_a_queue_the_full_budget(path):
+    """--mixed-backlog-tokens 48: one waiting 40-token prompt goes in mixed steps of at most 8 tokens; three at once
+    (backlog 120) get the full budget of 64 in their first mixed step; the tokens do not change."""
+    (one, three), out = backlog_run(path, 48)
+    assert (one, three) == (8, 64)
+    (one, three), plain = backlog_run(path, None)  # no limit: the mixed budget whatever waits
+    assert (one, three) == (8, 8)
+    assert out == plain
+
+
+@pytest.mark.parametrize("wrong", ["backlog ignored", "always the full budget", "only the first prompt counted"])
+def test_mixed_backlog_check_catches_wrong_budgets(path, monkeypatch, wrong):
+    """The check above fails on the wrong rules a reader might write for Scheduler.token_budget."""
+    from minisgl_edu.scheduler import Scheduler
+    rule = {"backlog ignored": lambda self: self.mixed_prefill_tokens,
+            "always the full budget": lambda self: self.max_prefill_tokens,
+            "only the first prompt counted": lambda self: self.max_prefill_tokens if self.pending and
+            self.pending[0].prompt_len > self.mixed_backlog_tokens else self.mixed_prefill_tokens}[wrong]
+    monkeypatch.setattr(Scheduler, "token_budget", rule)
+    assert backlog_run(path, 48)[0] != [8, 64]
+
+
+def test_mixed_backlog_tokens_without_a_mixed_budget_is_refused(path):
+    with pytest.raises(ValueError, match="mixed_backlog_tokens"):
+        tiny_llm(path, mixed_backlog_tokens=48)
+    with pytest.raises(ValueError, match="mixed_backlog_tokens"):
+        tiny_llm(path, mixed_prefill_tokens=8, mixed_backlog_tokens=0)
 
 
 def test_overlap_stops_on_eos_like_normal(path):
