@@ -78,6 +78,7 @@ class ServerConfig(SchedulerConfig):
     port: int = 1919
     api_key: str | None = None
     naive_stream: bool = False  # the per-token twins: one decode call per token, one SSE event per token
+    early_receive: bool = True  # one rank, overlap loop: new requests are read while a step's tokens travel; False: at the loop's top only
 
     def __post_init__(self):
         super().__post_init__()

@@ -32,7 +32,8 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     ap.add_argument("--cache", choices=["radix", "naive"])
     ap.add_argument("--attention", choices=["reference", "flashinfer"], help="default: flashinfer on CUDA")
     ap.add_argument("--cuda-graph-max-bs", type=int)
-    ap.add_argument("--no-overlap", dest="overlap", action="store_false", help="the normal scheduler loop on CUDA too")
+    ap.add_argument("--overlap", action=argparse.BooleanOptionalAction,
+                    help="the overlap loop (default: on with CUDA); --no-overlap: the normal loop on CUDA too")
     ap.add_argument("--no-mixed-chunk", dest="mixed_chunk", action="store_false",
                     help="prefill steps alone, decodes wait (default on CUDA: decode rows ride in every prefill step)")
     ap.add_argument("--mixed-prefill-tokens", type=int, help="the token budget of a prefill step decode rows ride in")
@@ -64,6 +65,8 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                                         "(every process; see python -m minisgl_edu.exercises)")
     ap.add_argument("--skip-tokenizer-init", action="store_true",
                     help="load no tokenizer: prompts are token ids (/v1/completions), replies carry token_ids")
+    ap.add_argument("--no-early-receive", dest="early_receive", action="store_false",
+                    help="read requests only at the top of the scheduler loop, not while a step's tokens travel")
     ap.add_argument("--naive-stream", action="store_true",
                     help="the per-token twins of the streaming path (one decode and one SSE event per token)")
     kw = vars(ap.parse_args(argv))

@@ -1,5 +1,6 @@
 """Chapter 6 — the scheduler loop: overlap == normal, aborts free everything, a small KV pool makes
-requests wait (not fail), and what can never fit is refused at once."""
+requests wait (not fail), what can never fit is refused at once, and mail read while a step's tokens travel
+admits new requests without moving an abort out of its place."""
 from __future__ import annotations
 
 import random
@@ -237,3 +238,134 @@ def test_request_that_can_never_fit_is_refused_at_once(path):
     with pytest.raises(ValueError, match=r"token ids must lie"):
         s.add_request(8, [VOCAB], SP)
     assert_clean(llm)
+
+
+# ---- reading the mail while the GPU works (the server's rank loop, one rank, overlap) ------------------------
+class ScriptedMailbox:
+    """A rank's inbox that delivers each scripted batch of messages once its trigger (a function of the scheduler)
+    holds: the fake end of the ZMQ pull socket `receive_early` and `tp.receive` read."""
+
+    def __init__(self, sched, script):
+        self.sched, self.script, self.waiting = sched, list(script), []
+
+    def _arrive(self):
+        from minisgl_edu.messages import encode
+        while self.script and self.script[0][0](self.sched):
+            self.waiting += [encode(m) for m in self.script.pop(0)[1]]
+
+    def ready(self) -> bool:
+        self._arrive()
+        return bool(self.waiting)
+
+    def drain_raw(self) -> list[bytes]:
+        self._arrive()
+        out, self.waiting = self.waiting, []
+        return out
+
+    def get_raw(self, timeout_ms=None):
+        self._arrive()
+        return self.waiting.pop(0) if self.waiting else None
+
+
+class ScriptedIO:
+    rank, size = 0, 1
+
+    def __init__(self, mailbox):
+        self.mailbox, self.sent = mailbox, []
+
+    def take(self, block: bool) -> list[bytes]:
+        return self.mailbox.drain_raw()
+
+    def forward(self, raws) -> None:
+        pass
+
+    def send(self, msgs) -> None:
+        self.sent += msgs
+
+
+def run_rank_loop(path, early: bool, receive_early=None, cache: str = "radix"):
+    """Two requests, then -- once step 3 is launched -- [a new request C, an abort of the first, a new request D],
+    then an ExitMsg once idle, through scheduler_proc.scheduler_loop (one rank, overlap loop, CPU). Checks on every
+    row release that no step in flight still writes that row. Returns (tokens by uid, where each uid was handled)."""
+    from minisgl_edu.config import ServerConfig
+    from minisgl_edu.messages import AbortMsg, ExitMsg, UserMsg
+    from minisgl_edu.server import scheduler_proc as sp
+    import torch
+    rng = random.Random(7)
+    prompts = {u: [rng.randrange(VOCAB) for _ in range(n)] for u, n in enumerate((12, 30, 21, 9))}
+    user = lambda u, n: UserMsg(u, torch.tensor(prompts[u], dtype=torch.int32), SamplingParams(max_tokens=n, ignore_eos=True))
+    sched = tiny_llm(path, overlap=True, cache=cache).scheduler
+    script = [(lambda s: True, [user(0, 40), user(1, 8)]),
+              (lambda s: s.steps_done >= 3, [user(2, 8), AbortMsg(0), user(3, 8)]),
+              (lambda s: s.idle and s.steps_done > 3, [ExitMsg()])]
+    io = ScriptedIO(ScriptedMailbox(sched, script))
+    cfg = ServerConfig(model_path=path, device="cpu", overlap=True, early_receive=early)
+    st = sp.Rank(sched, io, cfg, "scheduler-rank0", columns=True)
+    if early:
+        sched.while_waiting = lambda: (receive_early or sp.receive_early)(st)
+    rows_at_launch, where = {}, {}
+    launch, release, add, abort = sched.launch, sched.pool.release_row, sched.add_request, sched.abort
+
+    def launch_and_note(batch):
+        rows_at_launch[id(batch)] = {r.table_idx for r in batch.reqs}
+        return launch(batch)
+
+    def checked_release(row):  # the rule deferred_rows keeps: the step in flight may still write its rows
+        if sched.in_flight is not None:
+            assert row not in rows_at_launch[id(sched.in_flight[0])], f"row {row} released while a step writes it"
+        release(row)
+
+    def noted(fn, uid_of):
+        def call(*a):
+            where[uid_of(*a)] = "in step" if stepping[0] else "at the top"
+            return fn(*a)
+        return call
+    stepping, step = [False], sched.step
+
+    def marked_step():
+        stepping[0] = True
+        try:
+            return step()
+        finally:
+            stepping[0] = False
+    sched.launch, sched.pool.release_row, sched.step = launch_and_note, checked_release, marked_step
+    sched.add_request, sched.abort = noted(add, lambda u, *_: u), noted(abort, lambda u: ("abort", u))
+    sp.scheduler_loop(st)
+    tokens = {}
+    for m in io.sent:
+        for r in (m.rows() if hasattr(m, "rows") else [m]):
+            if getattr(r, "next_token", -1) >= 0:
+                tokens.setdefault(r.uid, []).append(r.next_token)
+    sched.check_integrity()
+    return tokens, where, prompts
+
+
+def test_early_receive_admits_new_requests_and_leaves_aborts_for_the_top(path):
+    """While a step's tokens travel, a new request joins the queue (`receive_early`); the abort behind it, and the
+    request behind the abort, wait for the loop's top, in order. Tokens equal the loop without it, and the offline
+    engine's; no row is released while a step in flight writes it; every page is back."""
+    tokens, where, prompts = run_rank_loop(path, early=True)
+    assert where == {0: "at the top", 1: "at the top", 2: "in step", ("abort", 0): "at the top", 3: "at the top"}
+    plain, where_plain, _ = run_rank_loop(path, early=False)
+    assert set(where_plain.values()) == {"at the top"}
+    assert {u: t for u, t in tokens.items() if u} == {u: t for u, t in plain.items() if u}
+    offline = tiny_llm(path).generate([prompts[u] for u in (1, 2, 3)], SamplingParams(max_tokens=8, ignore_eos=True))
+    assert [tokens[u] for u in (1, 2, 3)] == [o["token_ids"] for o in offline]
+    assert 0 < len(tokens[0]) < 40  # aborted mid-way
+
+
+@pytest.mark.parametrize("cache,caught", [("radix", ""), ("naive", "released while a step writes it")])
+def test_early_receive_check_catches_an_abort_handled_while_waiting(path, cache, caught):
+    """The wrong rule a reader might write: handle every message while waiting, the abort too. The abort then
+    finishes a request mid-step, between step N+1's launch (its ledger advanced) and step N's tokens: the radix
+    cache is handed positions whose tokens have not arrived (the tree's own length check fails); the naive cache
+    takes nothing, and the request's row is released while step N+1, in flight, still writes it (the check above)."""
+    from minisgl_edu.messages import decode, unbatch
+    from minisgl_edu.server import scheduler_proc as sp
+
+    def handle_everything(st):
+        for raw in st.io.mailbox.drain_raw():
+            for m in unbatch(decode(raw)):
+                st.early_replies += sp.handle(st, m)
+    with pytest.raises(AssertionError, match=caught):
+        run_rank_loop(path, early=True, receive_early=handle_everything, cache=cache)

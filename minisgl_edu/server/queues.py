@@ -80,6 +80,10 @@ class Queue:
         raw = self.get_raw(timeout_ms)
         return None if raw is None else decode(raw)
 
+    def ready(self) -> bool:
+        """A message is waiting (a flag read, no system call beyond it: cheap enough to ask in a spin)."""
+        return bool(self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+
     def drain_raw(self) -> list[bytes]:
         """Everything already waiting, without blocking."""
         out = []

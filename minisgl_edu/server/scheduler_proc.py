@@ -3,12 +3,14 @@
 How rank 0's mailbox feeds every rank is chapter 1's "Rank 0 alone has the mailbox". Rank 0 alone
 answers for the ledger (tokens, refusals, stats, the start-up ack); every rank answers for itself to
 chapter 8's `RecordMsg`/`ReportMsg` and when it fails (an `AckMsg` with the traceback). The loop
-blocks on mail (with a timeout, so shutdown is noticed) only while the scheduler is idle.
+blocks on mail (with a timeout, so shutdown is noticed) only while the scheduler is idle. With one rank
+and the overlap loop it also reads mail while it waits for a step's tokens (`receive_early`).
 """
 from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 
@@ -130,6 +132,8 @@ class Rank:
     counters: SchedulerCounters = field(default_factory=SchedulerCounters)  # /metrics: sent as SchedulerStats
     running: bool = True
     columns: bool = False  # a step's plain tokens as one TokenColumns (serve; not --naive-stream, not LLM(tp>1))
+    early: deque = field(default_factory=deque)  # mail read while waiting, not handled yet (from the first non-UserMsg on)
+    early_replies: list = field(default_factory=list)  # refusals of requests handled while waiting
 
 
 def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid: int) -> None:
@@ -152,7 +156,10 @@ def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid:
         send_ack(addrs.ack, name)
     try:
         columns = isinstance(cfg, ServerConfig) and not cfg.naive_stream  # LLM(tp>1) reads DetokenizeMsgs itself
-        scheduler_loop(Rank(sched, io, cfg, name, columns=columns))
+        st = Rank(sched, io, cfg, name, columns=columns)
+        if isinstance(cfg, ServerConfig) and cfg.early_receive and cfg.tp == 1:  # ranks > 1: mail only at the top
+            sched.while_waiting = lambda: receive_early(st)
+        scheduler_loop(st)
     except BaseException as e:
         log.exception("%s failed", name)  # the server's log (the launcher has stopped reading acks)
         send_ack(addrs.ack, name, e)  # LLM(tp>1) raises RankFailed with it
@@ -163,11 +170,14 @@ def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid:
 def scheduler_loop(st: Rank) -> None:
     sched = st.sched
     while st.running:
-        replies = []
+        replies, st.early_replies = st.early_replies, []
         busy = not sched.idle  # an idle receive is a wait for mail, not work: it is not traced
         with sched.tracer.span("receive") if sched.tracer and busy else nullcontext({}) as args:
-            msgs = [m for raw in tp.receive(st.io, not busy, st.cfg.use_count) for m in unbatch(decode(raw))]
+            msgs = [m for raw in tp.receive(st.io, not busy and not st.early, st.cfg.use_count) for m in unbatch(decode(raw))]
             args["messages"] = len(msgs)
+        if st.early:  # read while waiting, older than what just came
+            msgs[:0] = st.early
+            st.early.clear()
         if st.cfg.hop_log:  # the hop log's lists cost a pass over every message: only when asked for
             trace(st.cfg, st.name, "recv UserMsg", [m.uid for m in msgs if isinstance(m, UserMsg)])
         for msg in msgs:
@@ -175,6 +185,8 @@ def scheduler_loop(st: Rank) -> None:
                 replies += handle(st, msg)
         if st.running and not sched.idle:
             replies += step(st)
+            replies += st.early_replies
+            st.early_replies = []
         if st.io.rank == 0 and st.counters.due(time.monotonic(), not sched.idle, (busy or bool(msgs)) and sched.idle):
             replies.append(st.counters.message(sched))
         if st.io.rank == 0 and st.cfg.hop_log:
@@ -183,6 +195,25 @@ def scheduler_loop(st: Rank) -> None:
         st.io.send(replies)
     if sched.tracer is not None:
         log.info("step trace: %s", sched.tracer.save())
+
+
+def receive_early(st: Rank) -> None:
+    """The scheduler's `while_waiting` (one rank, overlap loop): read the mail while the GPU runs step N+1 and step
+    N's tokens are on their way, where the host would only wait. A new request joins the queue at once, so its
+    receive no longer delays the next step's launch (nor step N's tokens behind it); anything else waits, in order,
+    for the loop's top: an abort handled now would release a row that step N+1, in flight, still writes."""
+    if st.early or not st.io.mailbox.ready():  # something waits for the top already: what comes now queues behind it
+        return
+    sched = st.sched
+    with sched.tracer.span("receive early") if sched.tracer else nullcontext({}) as args:
+        st.early.extend(m for raw in st.io.mailbox.drain_raw() for m in unbatch(decode(raw)))
+        users = []
+        while st.early and isinstance(st.early[0], UserMsg):
+            users.append(msg := st.early.popleft())
+            st.early_replies += handle(st, msg)
+        args["messages"] = len(users)
+    if st.cfg.hop_log and users:
+        trace(st.cfg, st.name, "recv UserMsg", [m.uid for m in users])
 
 
 def handle(st: Rank, msg) -> list:

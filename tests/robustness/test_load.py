@@ -94,14 +94,16 @@ def rss_split(server) -> tuple[int, int]:
     return sched, server.rss() - sched
 
 
-@pytest.mark.parametrize("rounds,pool", [(2, None), pytest.param(6, 4096, marks=pytest.mark.slow, id="soak-6-rounds")])
-def test_64_streams_with_disconnects_complete_correctly_and_free_everything(request, make_server, rounds, pool):
-    """The soak variant uses a 4096-token pool: the KV pool is allocated untouched (no RSS) and its FIFO
-    free list reaches fresh slots for a while, so only once every slot has been written once (a few
-    rounds) can the scheduler's RSS be expected to stay flat."""
-    server = request.getfixturevalue("server") if pool is None else \
-        make_server("--model", request.getfixturevalue("tiny_dir"), "--dummy-weights", *SMALL,
-                    "--max-total-tokens", str(pool))
+@pytest.mark.parametrize("rounds,extra", [(2, ()), pytest.param(2, ("--overlap",), id="overlap-early-receive"),
+                                          pytest.param(6, ("--max-total-tokens", "4096"), marks=pytest.mark.slow,
+                                                       id="soak-6-rounds")])
+def test_64_streams_with_disconnects_complete_correctly_and_free_everything(request, make_server, rounds, extra):
+    """`--overlap` runs the overlap loop on the CPU too, so the rank reads its mail while a step's tokens
+    travel (`receive_early`) and the aborts wait for the loop's top. The soak variant uses a 4096-token pool:
+    the KV pool is allocated untouched (no RSS) and its FIFO free list reaches fresh slots for a while, so only
+    once every slot has been written once (a few rounds) can the scheduler's RSS be expected to stay flat."""
+    server = request.getfixturevalue("server") if not extra else \
+        make_server("--model", request.getfixturevalue("tiny_dir"), "--dummy-weights", *SMALL, *extra)
     rng = random.Random(0)
     leavers = {i: rng.randint(1, 8) for i in rng.sample(range(CLIENTS), LEAVERS)}  # who leaves, after how many chunks
     expected = asyncio.run(references(server.url))
