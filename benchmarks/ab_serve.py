@@ -1,0 +1,82 @@
+"""Issue 18: two server variants side by side on one machine, the same load alternated between them.
+
+    python benchmarks/ab_serve.py --model-path benchmarks/configs/qwen3-0.6b --device cuda --dummy-weights \
+        --rate 21.5 --num-prompts 128 --common "--skip-tokenizer-init --max-total-tokens 400000" \
+        --a "" --b "--no-early-receive" --order ABBA --out ab.json
+
+Both servers start once and stay up (each KV pool capped by --common's --max-total-tokens, so both fit one GPU);
+the idle one only waits for mail. Each run is `bench serve` at a fixed Poisson rate with a fresh seed, the runs in
+`--order`, so a drift of the host between runs falls on both variants alike. Per run: ITL p50/p99, TTFT p99,
+the median decode step from the server's /metrics histogram, ITL p99 / that median (issue 18's target, <= 2), and
+the mean mixed step. Machines differ by more than most changes do: only a same-machine comparison like this one
+tells what a change did.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import statistics
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from minisgl_edu.bench_serve import bench_serve_timed, parse_args, start_server, stop_server  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model-path", required=True)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--dummy-weights", action="store_true")
+    ap.add_argument("--rate", type=float, required=True, help="Poisson arrivals per second")
+    ap.add_argument("--num-prompts", type=int, default=128)
+    ap.add_argument("--common", default="", help="serve flags both variants get")
+    ap.add_argument("--a", default="", help="serve flags of variant A (default: none, the defaults)")
+    ap.add_argument("--b", required=True, help="serve flags of variant B")
+    ap.add_argument("--order", default="ABBA")
+    ap.add_argument("--bench", default="", help="more `bench serve` flags (a dry run: '--input-len 8 16 --output-len 4 8')")
+    ap.add_argument("--seed", type=int, default=100)
+    ap.add_argument("--log-dir", default="out")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    flags = {"A": args.a, "B": args.b}
+    servers = {}
+    try:
+        for v in "AB":  # both up before any run: neither start-up overlaps a measured run
+            servers[v] = start_server(args.model_path, args.device, args.dummy_weights,
+                                      shlex.split(args.common) + shlex.split(flags[v]),
+                                      os.path.join(args.log_dir, f"ab_{v}.serve.log"))
+        runs = []
+        for i, v in enumerate(args.order):
+            url = servers[v][1]
+            a = parse_args(["serve", "--base-url", url, "--num-prompts", str(args.num_prompts), "--request-rate",
+                            str(args.rate), "--seed", str(args.seed + i), "--no-progress", "--warmup", "8",
+                            *shlex.split(args.bench)])
+            s = bench_serve_timed(a, url)
+            med = s["step_median_ms"].get("decode", float("nan"))
+            row = dict(variant=v, flags=flags[v], seed=args.seed + i, failed=s["failed"],
+                       output_throughput=s["output_throughput"], ttft_p99=s["ttft_ms"]["p99"],
+                       itl_p50=s["itl_ms"]["median"], itl_p99=s["itl_ms"]["p99"], decode_median=med,
+                       ratio=s["itl_ms"]["p99"] / med, mixed_mean=s["step_ms"].get("mixed", float("nan")),
+                       decode_mean=s["step_ms"].get("decode", float("nan")), cpu=s.get("cpu"))
+            runs.append(row)
+            print(f"run {i} {v} [{flags[v] or 'defaults'}]: ITL p50/p99 {row['itl_p50']:.2f}/{row['itl_p99']:.2f} ms, "
+                  f"median decode step {med:.2f} ms, ITL p99 / step {row['ratio']:.2f}, TTFT p99 {row['ttft_p99']:.1f} ms, "
+                  f"mixed step {row['mixed_mean']:.2f} ms, {row['output_throughput']:.0f} tok/s, failed {row['failed']}",
+                  flush=True)
+    finally:
+        for proc, _ in servers.values():
+            stop_server(proc)
+    for v in "AB":
+        rs = [r["ratio"] for r in runs if r["variant"] == v]
+        print(f"{v} [{flags[v] or 'defaults'}]: ITL p99 / median decode step {', '.join(f'{x:.2f}' for x in rs)} "
+              f"(mean {statistics.mean(rs):.2f})")
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"config": vars(args), "runs": runs}, f, indent=1, default=str)
+    return 1 if any(r["failed"] for r in runs) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
