@@ -78,11 +78,14 @@ class ServerConfig(SchedulerConfig):
     port: int = 1919
     api_key: str | None = None
     naive_stream: bool = False  # the per-token twins: one decode call per token, one SSE event per token
+    http_parser: str | None = None  # uvicorn's HTTP parser: "httptools" | "h11"; None: httptools when installed (the compiled one)
     early_receive: bool = True  # one rank, overlap loop: new requests are read while a step's tokens travel; False: at the loop's top only
 
     def __post_init__(self):
         super().__post_init__()
         _at_least_one(self, "num_tokenizers")
+        if self.http_parser not in (None, "httptools", "h11"):
+            raise ValueError(f"http_parser must be 'httptools' or 'h11', got {self.http_parser!r}")
         if not self.served_name:
             object.__setattr__(self, "served_name", os.path.basename(os.path.normpath(self.model_path)))
 

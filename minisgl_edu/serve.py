@@ -65,6 +65,8 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                                         "(every process; see python -m minisgl_edu.exercises)")
     ap.add_argument("--skip-tokenizer-init", action="store_true",
                     help="load no tokenizer: prompts are token ids (/v1/completions), replies carry token_ids")
+    ap.add_argument("--http-parser", choices=["httptools", "h11"],
+                    help="uvicorn's HTTP parser (default: httptools when installed; h11: the pure-Python twin)")
     ap.add_argument("--no-early-receive", dest="early_receive", action="store_false",
                     help="read requests only at the top of the scheduler loop, not while a step's tokens travel")
     ap.add_argument("--naive-stream", action="store_true",

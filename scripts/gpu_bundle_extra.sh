@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Wheels the lent H200 needs beyond ../shared/device/bundle.sh: xgrammar (structured output, chapter 9) with the
 # newer TVM-FFI it requires (>= 0.1.11; FlashInfer 0.5.3's prebuilt kernels load with it: tests/gpu passed on the
-# H200 with 0.1.15.post2, 2026-12-01), and py-spy (the sampling profiler scripts/gpu_profile_serve.sh uses).
+# H200 with 0.1.15.post2, 2026-12-01), py-spy (the sampling profiler scripts/gpu_profile_serve.sh uses) and httptools
+# (uvicorn's compiled HTTP parser: without it the H200's API server ran the pure-Python h11).
 # gpu_env.sh installs the newest version of each package it finds in .gpu/whl, so the two TVM-FFIs do not clash.
 # Run once from the project root, after bundle.sh:  bash scripts/gpu_bundle_extra.sh
 set -euo pipefail
@@ -9,5 +10,5 @@ OUTDIR=${GPU_BUNDLE_DIR:-.gpu}
 mkdir -p "$OUTDIR/whl"
 pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312 --abi abi3 \
     --abi none --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux1_x86_64 \
-    --platform any -d "$OUTDIR/whl" xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2 py-spy==0.4.3 2> >(grep -v "^WARNING" >&2)
-ls "$OUTDIR/whl" | grep -E "xgrammar|tvm_ffi|py_spy"
+    --platform any -d "$OUTDIR/whl" xgrammar==0.2.8 apache-tvm-ffi==0.1.15.post2 py-spy==0.4.3 httptools==0.9.0 2> >(grep -v "^WARNING" >&2)
+ls "$OUTDIR/whl" | grep -E "xgrammar|tvm_ffi|py_spy|httptools"

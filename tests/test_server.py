@@ -131,11 +131,13 @@ def test_flags_are_config_fields_with_one_default(model_path):
     cfg, _ = parse_args(["--model", model_path, "--device", "cpu", "--attention", "reference", "--no-fused-kernels",
                          "--no-overlap", "--context-length", "100", "--page-size", "4", "--hop-log", "h.jsonl",
                          "--moe-impl", "grouped", "--no-qk-kernel", "--no-gemv-kernel", "--no-warm-start",
-                         "--no-early-receive"])
+                         "--no-early-receive", "--http-parser", "h11"])
     changed = {f.name for f in fields(cfg) if getattr(cfg, f.name) != getattr(plain, f.name)}
     assert changed == {"attention", "fused_kernels", "overlap", "max_seq_len", "page_size", "hop_log", "moe_impl", "qk_kernel",
-                       "gemv_kernel", "warm_start", "early_receive"}
+                       "gemv_kernel", "warm_start", "early_receive", "http_parser"}
     assert (cfg.attention, cfg.fused_kernels, cfg.overlap, cfg.max_seq_len) == ("reference", False, False, 100)
+    with pytest.raises(ValueError, match="http_parser"):
+        ServerConfig(model_path=model_path, device="cpu", http_parser="uvloop")
     llm_kw = {f.name for f in fields(SchedulerConfig)}
     assert {"attention", "fused_kernels", "qk_kernel", "gemv_kernel", "warm_start", "moe_impl", "overlap", "max_seq_len", "page_size", "trace", "tp"} <= llm_kw
 

@@ -162,12 +162,14 @@ def later(seconds: float, fn) -> None:
     t.start()
 
 
-def http_stack() -> tuple[str, str]:
+def http_stack(parser: str | None = None) -> tuple[str, str]:
     """uvicorn's event loop and HTTP parser: the compiled ones when installed (uvloop, httptools: less CPU per
-    streamed event than asyncio's own loop and the pure-Python h11), named in the log either way."""
+    streamed event than asyncio's own loop and the pure-Python h11), or the `parser` asked for; named in the log."""
     from importlib.util import find_spec
     loop = "uvloop" if find_spec("uvloop") else "asyncio"
-    http = "httptools" if find_spec("httptools") else "h11"
+    http = parser or ("httptools" if find_spec("httptools") else "h11")
+    if http == "httptools" and not find_spec("httptools"):
+        raise StartupError("--http-parser httptools: the httptools package is not installed")
     log.info("HTTP: uvicorn with the %s event loop and the %s parser", loop, http)
     return loop, http
 
@@ -182,7 +184,7 @@ def serve_http(cfg: ServerConfig) -> int:
     try:
         frontend = Frontend(workers.addrs, cfg)
         frontend.pids = {p.name: p.pid for p in workers.procs}
-        loop, http = http_stack()
+        loop, http = http_stack(cfg.http_parser)
         server = uvicorn.Server(uvicorn.Config(create_app(cfg, frontend), host=cfg.host, port=cfg.port, loop=loop,
                                                http=http, log_level="warning", timeout_graceful_shutdown=2))
 
