@@ -354,7 +354,7 @@ def test_early_receive_admits_new_requests_and_leaves_aborts_for_the_top(path):
     assert 0 < len(tokens[0]) < 40  # aborted mid-way
 
 
-@pytest.mark.parametrize("cache,caught", [("radix", ""), ("naive", "released while a step writes it")])
+@pytest.mark.parametrize("cache,caught", [("radix", None), ("naive", "released while a step writes it")])
 def test_early_receive_check_catches_an_abort_handled_while_waiting(path, cache, caught):
     """The wrong rule a reader might write: handle every message while waiting, the abort too. The abort then
     finishes a request mid-step, between step N+1's launch (its ledger advanced) and step N's tokens: the radix
