@@ -86,6 +86,8 @@ class ServerConfig(SchedulerConfig):
         _at_least_one(self, "num_tokenizers")
         if self.http_parser not in (None, "httptools", "h11"):
             raise ValueError(f"http_parser must be 'httptools' or 'h11', got {self.http_parser!r}")
+        if self.http_parser == "httptools" and not _installed("httptools"):  # refused before any worker starts
+            raise ValueError("http_parser 'httptools': the httptools package is not installed")
         if not self.served_name:
             object.__setattr__(self, "served_name", os.path.basename(os.path.normpath(self.model_path)))
 
@@ -94,6 +96,11 @@ def _at_least_one(cfg, *fields: str) -> None:
     for name in fields:  # None: a default resolved later, always >= 1
         if (v := getattr(cfg, name)) is not None and v < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
+
+
+def _installed(module: str) -> bool:
+    from importlib.util import find_spec
+    return find_spec(module) is not None
 
 
 def default_device() -> str:

@@ -138,6 +138,15 @@ def test_flags_are_config_fields_with_one_default(model_path):
     assert (cfg.attention, cfg.fused_kernels, cfg.overlap, cfg.max_seq_len) == ("reference", False, False, 100)
     with pytest.raises(ValueError, match="http_parser"):
         ServerConfig(model_path=model_path, device="cpu", http_parser="uvloop")
+    import minisgl_edu.config as config_mod
+    real = config_mod._installed
+    config_mod._installed = lambda m: m != "httptools" and real(m)  # a machine without the wheel
+    try:
+        with pytest.raises(ValueError, match="httptools package is not installed"):
+            ServerConfig(model_path=model_path, device="cpu", http_parser="httptools")
+        assert ServerConfig(model_path=model_path, device="cpu", http_parser="h11").http_parser == "h11"
+    finally:
+        config_mod._installed = real
     llm_kw = {f.name for f in fields(SchedulerConfig)}
     assert {"attention", "fused_kernels", "qk_kernel", "gemv_kernel", "warm_start", "moe_impl", "overlap", "max_seq_len", "page_size", "trace", "tp"} <= llm_kw
 

@@ -167,9 +167,7 @@ def http_stack(parser: str | None = None) -> tuple[str, str]:
     streamed event than asyncio's own loop and the pure-Python h11), or the `parser` asked for; named in the log."""
     from importlib.util import find_spec
     loop = "uvloop" if find_spec("uvloop") else "asyncio"
-    http = parser or ("httptools" if find_spec("httptools") else "h11")
-    if http == "httptools" and not find_spec("httptools"):
-        raise StartupError("--http-parser httptools: the httptools package is not installed")
+    http = parser or ("httptools" if find_spec("httptools") else "h11")  # ServerConfig refused a missing one
     log.info("HTTP: uvicorn with the %s event loop and the %s parser", loop, http)
     return loop, http
 

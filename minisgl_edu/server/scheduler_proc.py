@@ -170,7 +170,7 @@ def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid:
 def scheduler_loop(st: Rank) -> None:
     sched = st.sched
     while st.running:
-        replies, st.early_replies = st.early_replies, []
+        replies = []
         busy = not sched.idle  # an idle receive is a wait for mail, not work: it is not traced
         with sched.tracer.span("receive") if sched.tracer and busy else nullcontext({}) as args:
             msgs = [m for raw in tp.receive(st.io, not busy and not st.early, st.cfg.use_count) for m in unbatch(decode(raw))]
