@@ -6,7 +6,8 @@
 
 Both servers start once and stay up (each KV pool capped by --common's --max-total-tokens, so both fit one GPU);
 the idle one only waits for mail. Each run is `bench serve` at a fixed Poisson rate with a fresh seed, the runs in
-`--order`, so a drift of the host between runs falls on both variants alike. Per run: ITL p50/p99, TTFT p99,
+`--order`, so a drift of the host between runs falls on both variants alike (`--paired`: each pair of runs on the
+same prompts and arrivals). Per run: ITL p50/p99, TTFT p99,
 the median decode step from the server's /metrics histogram, ITL p99 / that median (issue 18's target, <= 2), and
 the mean mixed step. Machines differ by more than most changes do: only a same-machine comparison like this one
 tells what a change did.
@@ -37,6 +38,8 @@ def main() -> int:
     ap.add_argument("--order", default="ABBA")
     ap.add_argument("--bench", default="", help="more `bench serve` flags (a dry run: '--input-len 8 16 --output-len 4 8')")
     ap.add_argument("--seed", type=int, default=100)
+    ap.add_argument("--paired", action="store_true",
+                    help="runs 2k and 2k+1 share a seed (the same prompts and arrivals): with ABBA orders, paired A/B")
     ap.add_argument("--log-dir", default="out")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -49,13 +52,13 @@ def main() -> int:
                                       os.path.join(args.log_dir, f"ab_{v}.serve.log"))
         runs = []
         for i, v in enumerate(args.order):
-            url = servers[v][1]
+            url, seed = servers[v][1], args.seed + (i // 2 if args.paired else i)
             a = parse_args(["serve", "--base-url", url, "--num-prompts", str(args.num_prompts), "--request-rate",
-                            str(args.rate), "--seed", str(args.seed + i), "--no-progress", "--warmup", "8",
+                            str(args.rate), "--seed", str(seed), "--no-progress", "--warmup", "8",
                             *shlex.split(args.bench)])
             s = bench_serve_timed(a, url)
             med = s["step_median_ms"].get("decode", float("nan"))
-            row = dict(variant=v, flags=flags[v], seed=args.seed + i, failed=s["failed"],
+            row = dict(variant=v, flags=flags[v], seed=seed, failed=s["failed"],
                        output_throughput=s["output_throughput"], ttft_p99=s["ttft_ms"]["p99"],
                        itl_p50=s["itl_ms"]["median"], itl_p99=s["itl_ms"]["p99"], decode_median=med,
                        ratio=s["itl_ms"]["p99"] / med, mixed_mean=s["step_ms"].get("mixed", float("nan")),

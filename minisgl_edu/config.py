@@ -53,8 +53,8 @@ class SchedulerConfig(EngineConfig):
     cache: str = "radix"  # "radix" | "naive" (chapter 5)
     overlap: bool | None = None  # None: on for CUDA, off on the CPU (chapter 6)
     mixed_chunk: bool | None = None  # decode rows ride in every prefill step (chapter 6); None: on for CUDA, off on the CPU
-    mixed_prefill_tokens: int | None = None  # the token budget of a prefill step decode rows ride in; None: max_prefill_tokens
-    mixed_backlog_tokens: int | None = None  # ... while at most this many prompt tokens wait (more: the full budget); None: always
+    mixed_prefill_tokens: int | None = None  # the token budget of a prefill step decode rows ride in; None: on CUDA by the model's size (scheduler.mixed_tokens_for), else max_prefill_tokens
+    mixed_backlog_tokens: int | None = None  # ... while at most this many prompt tokens wait (more: the full budget); None: 4096
     trace: str | None = None  # a Perfetto step trace (chapter 6); with tp > 1 rank 0 writes it at exit
     hop_log: str | None = None  # every process appends one JSON line per message hop here (chapter 1)
     tp_timeout_s: float = 600.0  # a collective that waits longer raises instead of hanging (chapter 8)
@@ -66,8 +66,9 @@ class SchedulerConfig(EngineConfig):
     def __post_init__(self):
         super().__post_init__()
         _at_least_one(self, "tp", "max_prefill_tokens", "mixed_prefill_tokens", "mixed_backlog_tokens")
-        if self.mixed_backlog_tokens is not None and self.mixed_prefill_tokens is None:  # it would change nothing
-            raise ValueError("mixed_backlog_tokens limits mixed_prefill_tokens, which is not set")
+        if self.mixed_backlog_tokens is not None and self.mixed_prefill_tokens is None and \
+                not str(self.device).startswith("cuda"):  # only CUDA has a default mixed budget for it to limit
+            raise ValueError("mixed_backlog_tokens limits mixed_prefill_tokens, which is not set (no default off CUDA)")
 
 
 @dataclass(frozen=True, kw_only=True)

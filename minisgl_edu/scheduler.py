@@ -54,8 +54,13 @@ class Scheduler:
         self.overlap = cuda if cfg.overlap is None else cfg.overlap
         self.mixed_chunk = cuda if cfg.mixed_chunk is None else cfg.mixed_chunk
         # a smaller budget while requests decode: shorter mixed steps (a lower ITL tail), more of them (a later first token)
-        self.mixed_prefill_tokens = min(cfg.mixed_prefill_tokens or self.max_prefill_tokens, self.max_prefill_tokens)
-        self.mixed_backlog_tokens = cfg.mixed_backlog_tokens  # a longer queue: the full budget (throughput first)
+        mixed = cfg.mixed_prefill_tokens or (mixed_tokens_for(engine) if cuda else None) or self.max_prefill_tokens
+        self.mixed_prefill_tokens = min(mixed, self.max_prefill_tokens)
+        # a longer queue than this: the full budget (throughput first)
+        self.mixed_backlog_tokens = cfg.mixed_backlog_tokens or MIXED_BACKLOG_TOKENS
+        if self.mixed_chunk and self.mixed_prefill_tokens < self.max_prefill_tokens:  # say which default applies
+            log.info("mixed budget: %d prompt tokens a step while at most %d wait (then %d)", self.mixed_prefill_tokens,
+                     self.mixed_backlog_tokens, self.max_prefill_tokens)
         self.eos = set(eos_token_ids)
         engine.eos_token_ids = tuple(self.eos)  # min_tokens masks them in the sampler
         self.pending: deque[Req] = deque()  # waiting for admission; a chunked request sits in front
@@ -137,7 +142,7 @@ class Scheduler:
     def token_budget(self) -> int:
         """A mixed step's token budget: the mixed one while the waiting prompts' tokens (the backlog) are at most
         `mixed_backlog_tokens`, the full one once a queue has formed."""
-        if self.mixed_prefill_tokens >= self.max_prefill_tokens or self.mixed_backlog_tokens is None:
+        if self.mixed_prefill_tokens >= self.max_prefill_tokens:
             return self.mixed_prefill_tokens
         backlog = 0
         for req in self.pending:  # stops at the limit: a long queue is not summed every step
@@ -267,6 +272,28 @@ class Scheduler:
         self._tracer = tracer
         if tracer is not None:
             tracer.attach(self)
+
+
+# A mixed step's prompt part, by default, does at most this much work (2 x non-embedding parameters x tokens): on the
+# H200 about half a decode step of the served anchors' load. Served Qwen3-0.6B, a 900-token prompt made a 4.3 ms mixed
+# step against 2.0 ms decode steps, and those steps held the ITL tail above 2x a step; with 509, twelve paired runs
+# read 1.92-1.99 against the full budget's 2.17-2.25 (issue 18, benchmarks/RESULTS.md session 13)
+MIXED_STEP_FLOPS = 0.5e12
+MIXED_BACKLOG_TOKENS = 4096  # the default queue rule: more prompt tokens waiting than this get the full budget
+
+
+def mixed_tokens_for(engine) -> int | None:
+    """The default mixed budget: the largest prompt-graph capacity (graphs.extend_capacities, less the rows its
+    padding lanes keep) whose prompt work stays within MIXED_STEP_FLOPS; None (no cap) for a model small enough
+    that even the largest fits. Counted per rank: each rank computes its shard."""
+    from .graphs import PREFILL_LANES, extend_capacities
+    params = sum(p.numel() for n, p in engine.model.named_parameters() if "embed" not in n and "lm_head" not in n)
+    bound = int(MIXED_STEP_FLOPS // (2 * max(params, 1)))
+    caps = extend_capacities(engine.cfg.cuda_graph_max_extend) if engine.cfg.cuda_graph_max_extend > 0 else []
+    if not caps or bound >= caps[-1]:
+        return None if caps else max(bound, 1)
+    fits = [c - (PREFILL_LANES - 1) for c in caps if c <= bound]
+    return fits[-1] if fits else max(bound, 1)
 
 
 def build_scheduler(cfg: SchedulerConfig, stats_kept: int | None = None) -> Scheduler:

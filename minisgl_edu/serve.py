@@ -36,9 +36,11 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                     help="the overlap loop (default: on with CUDA); --no-overlap: the normal loop on CUDA too")
     ap.add_argument("--no-mixed-chunk", dest="mixed_chunk", action="store_false",
                     help="prefill steps alone, decodes wait (default on CUDA: decode rows ride in every prefill step)")
-    ap.add_argument("--mixed-prefill-tokens", type=int, help="the token budget of a prefill step decode rows ride in")
+    ap.add_argument("--mixed-prefill-tokens", type=int, help="the token budget of a prefill step decode rows ride in "
+                                                               "(default on CUDA: by the model's size; Qwen3-0.6B 509)")
     ap.add_argument("--mixed-backlog-tokens", type=int,
-                    help="the mixed budget holds while at most this many prompt tokens wait; a longer queue gets the full one")
+                    help="the mixed budget holds while at most this many prompt tokens wait (default 4096); a longer "
+                         "queue gets the full one")
     ap.add_argument("--cuda-graph-max-extend", type=int, help="prefill tokens a captured prefill-step graph holds (0: eager)")
     ap.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
                     help="plain PyTorch ops instead of FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on CUDA")

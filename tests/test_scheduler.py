@@ -151,11 +151,29 @@ def test_mixed_backlog_check_catches_wrong_budgets(path, monkeypatch, wrong):
     assert backlog_run(path, 48)[0] != [8, 64]
 
 
-def test_mixed_backlog_tokens_without_a_mixed_budget_is_refused(path):
+def test_mixed_backlog_tokens_without_a_mixed_budget_is_refused_off_cuda(path):
     with pytest.raises(ValueError, match="mixed_backlog_tokens"):
-        tiny_llm(path, mixed_backlog_tokens=48)
+        tiny_llm(path, mixed_backlog_tokens=48)  # the CPU has no default mixed budget: it would change nothing
     with pytest.raises(ValueError, match="mixed_backlog_tokens"):
         tiny_llm(path, mixed_prefill_tokens=8, mixed_backlog_tokens=0)
+
+
+def test_default_mixed_budget_follows_the_models_size(path, monkeypatch):
+    """On CUDA the mixed budget defaults to the largest prompt-graph capacity (less its 3 padding rows) whose prompt
+    work, 2 x non-embedding parameters x tokens, fits MIXED_STEP_FLOPS; no cap when even the largest fits; the
+    plain bound without prompt graphs."""
+    from minisgl_edu import scheduler
+    from minisgl_edu.graphs import extend_capacities
+    eng = tiny_llm(path).engine
+    params = sum(p.numel() for n, p in eng.model.named_parameters() if "embed" not in n and "lm_head" not in n)
+    assert scheduler.mixed_tokens_for(eng) is None  # a tiny model: its largest prompt graph is cheap
+    for tokens in (300, 600, 1100):  # a budget between captured capacities
+        monkeypatch.setattr(scheduler, "MIXED_STEP_FLOPS", 2 * params * tokens)
+        got = scheduler.mixed_tokens_for(eng)
+        cap = max(c for c in extend_capacities(eng.cfg.cuda_graph_max_extend) if c <= tokens)
+        assert got == cap - 3 and 2 * params * (got + 3) <= scheduler.MIXED_STEP_FLOPS
+    object.__setattr__(eng.cfg, "cuda_graph_max_extend", 0)  # no prompt graphs: the bound itself
+    assert scheduler.mixed_tokens_for(eng) == 1100
 
 
 def test_overlap_stops_on_eos_like_normal(path):
