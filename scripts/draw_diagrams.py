@@ -11,7 +11,8 @@ Two kinds of figure, neither drawn by hand:
   stored outputs (found by a phrase of its cell's source, so a moved cell is still found);
 * from the committed H200 measurements: chapter 7's P1 breakdown, drawn from `benchmarks/results.json`'s rows of
   one `bench_gpu.py p1b nobal` run (each decode step against its own floor, by batch size); chapter 9's inter-token
-  gaps of one served trace, by the kind of step around them (`benchmarks/issue18/h200-s11/tail_qwen3-0.6b.json`).
+  gaps of one served trace, by the kind of step around them (`benchmarks/issue18/h200-s11/tail_qwen3-0.6b.json`), and
+  what a mixed step costs by prompt length beside the served tail with two mixed budgets (`benchmarks/issue18/h200-s13/`).
 """
 from __future__ import annotations
 
@@ -212,6 +213,54 @@ def draw_itl_tail(path: Path, src: Path = TAIL) -> None:
     plt.close(fig)
 
 
+S13 = ROOT / "benchmarks" / "issue18" / "h200-s13"  # session 13: mixed_cost.py's tables, tail.py dumps of two servers
+
+
+def draw_mixed_budget(path: Path, src: Path = S13) -> None:
+    """Chapter 9: left, one mixed step's device time over the decode step it replaces, by prompt length (whole prompts,
+    16/32/64 requests decoding, both models); right, the served Qwen3 tail with the full budget and with 509 tokens:
+    the share of tokens that waited longer than x, against the target (twice the median decode step)."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for name, color in (("qwen3-0.6b", "#dd8452"), ("smollm2-135m", "#4c72b0")):
+        t = json.loads((src / f"mixed_cost_{name}.json").read_text())
+        for row, style in zip(t["rows"], (":", "-", "--")):
+            ax.plot(t["lens"], np.array(row["mixed_ms"]) / row["decode_ms"], style, color=color, marker="o", ms=3,
+                    label=f"{name.split('-')[0]}, {row['decode_bs']} decoding ({row['decode_ms']:.2f} ms)")
+    ax.axhline(2, color="black", lw=1, ls="--")
+    ax.axvline(509, color="#888888", lw=0.8)
+    ax.text(515, 1.05, "509: Qwen3's default", fontsize=7.5, color="#555555")
+    ax.set_xlabel("prompt tokens in the mixed step")
+    ax.set_ylabel("mixed step / decode step (device)")
+    ax.set_ylim(1.0, 2.4)
+    ax.legend(fontsize=6.5, frameon=False, loc="upper left")
+    ax.set_title("what a prompt adds to a step (H200)", fontsize=9)
+    for name, label, color in (("full", "full budget (16,384)", "#c44e52"), ("b509", "509 tokens (the default)", "#55a868")):
+        data = json.loads((src / f"tail_qwen3_{name}.json").read_text())
+        iv = np.array([x for x, _, _ in data["intervals"]])
+        w = np.array([n for _, n, _ in data["intervals"]], float)
+        order = np.argsort(iv)
+        share = 1 - np.cumsum(w[order]) / w.sum()  # tokens that waited longer than iv[order]
+        bx.step(iv[order], np.maximum(share, 1e-5), where="post", color=color, label=label)
+        step = data["median_decode_forward_ms"]
+    bx.axhline(0.01, color="#888888", lw=0.8)
+    bx.text(1.05, 0.012, "p99", fontsize=7.5, color="#555555")
+    bx.axvline(2 * step, color="black", lw=1, ls="--")
+    bx.text(2 * step, 0.3, f" 2 x the median\n decode step ({2 * step:.2f} ms)", fontsize=7.5)
+    bx.set_yscale("log")
+    bx.set_xlim(1.0, 6.0)
+    bx.set_ylim(1e-4, 1.5)
+    bx.set_xlabel("interval between two of a request's tokens, at the server (ms)")
+    bx.set_ylabel("share of tokens that waited longer")
+    bx.legend(fontsize=7.5, frameon=False, loc="lower left")
+    bx.set_title("Qwen3-0.6B served at 21.5 req/s (serve --trace, commit 1988412)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     if "--check" in argv:
@@ -226,6 +275,7 @@ def main(argv: list[str]) -> int:
     draw_radix_tree(OUT / "05-insert-split-evict.png")
     draw_p1_breakdown(OUT / "07-p1-breakdown.png")
     draw_itl_tail(OUT / "09-itl-tail.png")
+    draw_mixed_budget(OUT / "09-mixed-budget.png")
     print("wrote", ", ".join(sorted(p.name for p in OUT.glob("*.png"))))
     return 0
 
