@@ -285,15 +285,30 @@ MIXED_BACKLOG_TOKENS = 4096  # the default queue rule: more prompt tokens waitin
 def mixed_tokens_for(engine) -> int | None:
     """The default mixed budget: the largest prompt-graph capacity (graphs.extend_capacities, less the rows its
     padding lanes keep) whose prompt work stays within MIXED_STEP_FLOPS; None (no cap) for a model small enough
-    that even the largest fits. Counted per rank: each rank computes its shard."""
+    that even the largest fits; the smallest capacity when none fits, since a graph runs all its rows and a smaller
+    chunk would cost the same (H200: +16 and +253 tokens cost one step alike). Counted per rank: each rank computes
+    its shard."""
     from .graphs import PREFILL_LANES, extend_capacities
-    params = sum(p.numel() for n, p in engine.model.named_parameters() if "embed" not in n and "lm_head" not in n)
-    bound = int(MIXED_STEP_FLOPS // (2 * max(params, 1)))
+    bound = int(MIXED_STEP_FLOPS // (2 * max(active_params(engine.model), 1)))
     caps = extend_capacities(engine.cfg.cuda_graph_max_extend) if engine.cfg.cuda_graph_max_extend > 0 else []
     if not caps or bound >= caps[-1]:
         return None if caps else max(bound, 1)
     fits = [c - (PREFILL_LANES - 1) for c in caps if c <= bound]
-    return fits[-1] if fits else max(bound, 1)
+    return fits[-1] if fits else caps[0] - (PREFILL_LANES - 1)
+
+
+def active_params(model) -> int:
+    """The parameters one token's forward multiplies by (its FLOPs are twice this), embeddings and LM head apart:
+    of a mixture of experts (chapter 10) only its top_k experts count, not all of them (Qwen3-30B-A3B: ~3B, not 30B)."""
+    from .model.moe import SparseMoeBlock
+    total, experts = 0, set()
+    for mod in model.modules():
+        if isinstance(mod, SparseMoeBlock):
+            ps = list(mod.experts.parameters())
+            total += sum(p.numel() for p in ps) * mod.top_k // mod.experts.gate_up_proj.shape[0]
+            experts.update(id(p) for p in ps)
+    return total + sum(p.numel() for n, p in model.named_parameters()
+                       if id(p) not in experts and "embed" not in n and "lm_head" not in n)
 
 
 def build_scheduler(cfg: SchedulerConfig, stats_kept: int | None = None) -> Scheduler:

@@ -293,3 +293,20 @@ def test_moe_floor_is_the_dense_floor_when_every_expert_is_read():
     assert moe_decode_floor_s(prompts, outputs, wb, 7, 1e3) < decode_floor_s(prompts, outputs, wb.total, 7, 1e3)
     measured_all = moe_decode_floor_s(prompts, outputs, wb, 7, 1e3, experts_read=lambda b: 4)  # a measured count
     assert measured_all == pytest.approx(decode_floor_s(prompts, outputs, wb.total, 7, 1e3))
+
+
+def test_active_params_count_top_k_experts_only(ckpts):
+    """The default mixed budget (scheduler.mixed_tokens_for) weighs a token's work by the parameters it meets: of each
+    sparse layer's experts only top_k of num_experts; counted in full, Qwen3-30B-A3B's budget would shrink tenfold."""
+    from minisgl_edu import LLM
+    from minisgl_edu.model.moe import SparseMoeBlock
+    from minisgl_edu.scheduler import active_params
+    model = LLM(ckpts["qwen3_moe"], device="cpu").engine.model
+    dense = sum(p.numel() for n, p in model.named_parameters()
+                if "experts" not in n and "embed" not in n and "lm_head" not in n)
+    blocks = [m for m in model.modules() if isinstance(m, SparseMoeBlock)]
+    experts = [sum(p.numel() for p in b.experts.parameters()) for b in blocks]
+    assert len(blocks) == 2 and all(b.top_k == 2 for b in blocks)  # 8 experts, top 2, in layers 0 and 2
+    assert active_params(model) == dense + sum(e * 2 // 8 for e in experts)
+    assert active_params(model) < dense + sum(experts)
+

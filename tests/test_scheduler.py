@@ -166,13 +166,18 @@ def test_default_mixed_budget_follows_the_models_size(path, monkeypatch):
     from minisgl_edu.graphs import extend_capacities
     eng = tiny_llm(path).engine
     params = sum(p.numel() for n, p in eng.model.named_parameters() if "embed" not in n and "lm_head" not in n)
+    assert scheduler.active_params(eng.model) == params  # a dense model: every parameter
     assert scheduler.mixed_tokens_for(eng) is None  # a tiny model: its largest prompt graph is cheap
     for tokens in (300, 600, 1100):  # a budget between captured capacities
         monkeypatch.setattr(scheduler, "MIXED_STEP_FLOPS", 2 * params * tokens)
         got = scheduler.mixed_tokens_for(eng)
         cap = max(c for c in extend_capacities(eng.cfg.cuda_graph_max_extend) if c <= tokens)
         assert got == cap - 3 and 2 * params * (got + 3) <= scheduler.MIXED_STEP_FLOPS
-    object.__setattr__(eng.cfg, "cuda_graph_max_extend", 0)  # no prompt graphs: the bound itself
+    monkeypatch.setattr(scheduler, "MIXED_STEP_FLOPS", 2 * params * 40)  # below the smallest graph: that graph, whole
+    assert scheduler.mixed_tokens_for(eng) == extend_capacities(eng.cfg.cuda_graph_max_extend)[0] - 3
+    object.__setattr__(eng.cfg, "cuda_graph_max_extend", 0)  # no prompt graphs (eager steps): the bound itself
+    assert scheduler.mixed_tokens_for(eng) == 40
+    monkeypatch.setattr(scheduler, "MIXED_STEP_FLOPS", 2 * params * 1100)
     assert scheduler.mixed_tokens_for(eng) == 1100
 
 

@@ -1,0 +1,114 @@
+"""Issue 18: how much of a measured ITL tail is the benchmark client's own? A server whose true inter-token interval
+is known exactly, measured by `bench serve`'s client.
+
+    python benchmarks/client_jitter.py [--streams 40] [--interval-ms 1.4] [--tokens 200] [--loop asyncio uvloop]
+
+A stand-in server (its own process, plain blocking sockets, no asyncio) accepts `--streams` streamed completions,
+then every `--interval-ms` writes one SSE event to each stream, in the same order every time, so each stream's true
+interval is the interval itself (the stand-in also reports how late it was). Served SmolLM2 steps emit ~40 tokens
+every ~1.4 ms, and the client reads them one stream at a time: the ITL it reports is the true interval plus how its
+own loop spread the burst. Prints the client's ITL p50/p90/p99 against the truth, per event loop.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import socket
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from minisgl_edu.bench_serve import BenchRequest, run_load, stats_ms  # noqa: E402
+
+
+def chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+def stand_in(port_q, streams: int, tokens: int, interval_s: float, late_q) -> None:
+    """Serve one /v1/models, then `streams` streamed completions in lockstep, one event each per interval."""
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(streams + 8)
+    port_q.put(srv.getsockname()[1])
+    conns = []
+    while len(conns) < streams:
+        c, _ = srv.accept()
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += c.recv(65536)
+        if head.startswith(b"GET /v1/models"):
+            body = json.dumps({"object": "list", "data": [{"id": "stand-in", "object": "model"}]}).encode()
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            c.close()
+            continue
+        hdr, _, rest = head.partition(b"\r\n\r\n")
+        length = next(int(x.split(b":")[1]) for x in hdr.split(b"\r\n") if x.lower().startswith(b"content-length"))
+        while len(rest) < length:
+            rest += c.recv(65536)
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        conns.append(c)
+    event = lambda k: chunk(b'data: {"id":"cmpl-1","object":"text_completion","choices":[{"index":0,"text":"x",' +  # noqa: E731
+                            b'"token_ids":[%d],"finish_reason":null}]}\n\n' % k)
+    late = []
+    t_next = time.perf_counter() + 0.05
+    for k in range(tokens):
+        while time.perf_counter() < t_next:  # spin: the stand-in's own timing must not be the jitter
+            pass
+        late.append(time.perf_counter() - t_next)
+        payload = event(k)
+        for c in conns:  # the same order every time: each stream's true interval is exactly interval_s
+            c.sendall(payload)
+        t_next += interval_s
+    usage = chunk(b'data: {"choices":[],"usage":{"prompt_tokens":1,"completion_tokens":%d}}\n\n' % tokens)
+    for c in conns:
+        c.sendall(usage + chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        c.close()
+    late_q.put(late)
+
+
+def measure(streams: int, tokens: int, interval_s: float, loop: str) -> dict:
+    port_q, late_q = mp.Queue(), mp.Queue()
+    p = mp.Process(target=stand_in, args=(port_q, streams, tokens, interval_s, late_q), daemon=True)
+    p.start()
+    url = f"http://127.0.0.1:{port_q.get(timeout=30)}"
+    reqs = [BenchRequest([1, 2, 3], 3, tokens) for _ in range(streams)]
+    factory = None
+    if loop == "uvloop":
+        import uvloop
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        results, _ = runner.run(run_load(url, reqs, progress=False))
+    late = late_q.get(timeout=60)
+    p.join(timeout=10)
+    bad = [r.error for r in results if not r.ok]
+    assert not bad, bad[:3]
+    itl = [x for r in results for x in r.itl]
+    return {"loop": loop, "itl_ms": stats_ms(itl), "stand_in_late_ms_max": 1e3 * max(late)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--streams", type=int, default=40)
+    ap.add_argument("--interval-ms", type=float, default=1.4)
+    ap.add_argument("--tokens", type=int, default=200)
+    ap.add_argument("--loop", nargs="+", default=["asyncio", "uvloop"])
+    ap.add_argument("--repeats", type=int, default=2)
+    args = ap.parse_args()
+    print(f"{args.streams} streams, one event each every {args.interval_ms} ms (the truth), {args.tokens} events")
+    for _ in range(args.repeats):
+        for loop in args.loop:
+            r = measure(args.streams, args.tokens, args.interval_ms / 1e3, loop)
+            s = r["itl_ms"]
+            print(f"  client loop {loop:8s}: ITL p50 {s['median']:.3f}  p90 {s['p90']:.3f}  p99 {s['p99']:.3f} ms "
+                  f"(p99 - truth {s['p99'] - args.interval_ms:+.3f} ms; the stand-in ran late by at most "
+                  f"{r['stand_in_late_ms_max']:.3f} ms)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
