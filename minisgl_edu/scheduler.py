@@ -290,7 +290,9 @@ def mixed_tokens_for(engine) -> int | None:
     its shard."""
     from .graphs import PREFILL_LANES, extend_capacities
     bound = int(MIXED_STEP_FLOPS // (2 * max(active_params(engine.model), 1)))
-    caps = extend_capacities(engine.cfg.cuda_graph_max_extend) if engine.cfg.cuda_graph_max_extend > 0 else []
+    cfg = engine.cfg  # the prompt graphs GraphRunner captures (none with either switch at 0: eager steps)
+    caps = [c for c in extend_capacities(cfg.cuda_graph_max_extend) if c <= engine.max_seq_len] \
+        if cfg.cuda_graph_max_extend > 0 and cfg.cuda_graph_max_bs > 0 else []
     if not caps or bound >= caps[-1]:
         return None if caps else max(bound, 1)
     fits = [c - (PREFILL_LANES - 1) for c in caps if c <= bound]

@@ -158,13 +158,15 @@ def test_mixed_backlog_tokens_without_a_mixed_budget_is_refused_off_cuda(path):
         tiny_llm(path, mixed_prefill_tokens=8, mixed_backlog_tokens=0)
 
 
-def test_default_mixed_budget_follows_the_models_size(path, monkeypatch):
+def test_default_mixed_budget_follows_the_models_size(tmp_path, monkeypatch):
     """On CUDA the mixed budget defaults to the largest prompt-graph capacity (less its 3 padding rows) whose prompt
     work, 2 x non-embedding parameters x tokens, fits MIXED_STEP_FLOPS; no cap when even the largest fits; the
-    plain bound without prompt graphs."""
+    smallest graph when none fits; the plain bound without prompt graphs. (A 4k context: every capacity is captured;
+    the 256-position tiny model would capture only the first.)"""
     from minisgl_edu import scheduler
     from minisgl_edu.graphs import extend_capacities
-    eng = tiny_llm(path).engine
+    eng = tiny_llm(tiny_model_dir(str(tmp_path), max_positions=4096)).engine
+    assert extend_capacities(eng.cfg.cuda_graph_max_extend)[-1] <= eng.max_seq_len
     params = sum(p.numel() for n, p in eng.model.named_parameters() if "embed" not in n and "lm_head" not in n)
     assert scheduler.active_params(eng.model) == params  # a dense model: every parameter
     assert scheduler.mixed_tokens_for(eng) is None  # a tiny model: its largest prompt graph is cheap
@@ -178,6 +180,9 @@ def test_default_mixed_budget_follows_the_models_size(path, monkeypatch):
     object.__setattr__(eng.cfg, "cuda_graph_max_extend", 0)  # no prompt graphs (eager steps): the bound itself
     assert scheduler.mixed_tokens_for(eng) == 40
     monkeypatch.setattr(scheduler, "MIXED_STEP_FLOPS", 2 * params * 1100)
+    assert scheduler.mixed_tokens_for(eng) == 1100
+    object.__setattr__(eng.cfg, "cuda_graph_max_extend", 2048)
+    object.__setattr__(eng.cfg, "cuda_graph_max_bs", 0)  # no graphs at all: eager too
     assert scheduler.mixed_tokens_for(eng) == 1100
 
 
