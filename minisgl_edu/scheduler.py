@@ -283,20 +283,18 @@ MIXED_BACKLOG_TOKENS = 4096  # the default queue rule: more prompt tokens waitin
 
 
 def mixed_tokens_for(engine) -> int | None:
-    """The default mixed budget: the largest prompt-graph capacity (graphs.extend_capacities, less the rows its
+    """The default mixed budget: the largest prompt-graph capacity (graphs.prompt_capacities, less the rows its
     padding lanes keep) whose prompt work stays within MIXED_STEP_FLOPS; None (no cap) for a model small enough
     that even the largest fits; the smallest capacity when none fits, since a graph runs all its rows and a smaller
     chunk would cost the same (H200: +16 and +253 tokens cost one step alike). Counted per rank: each rank computes
     its shard."""
-    from .graphs import PREFILL_LANES, extend_capacities
+    from .graphs import PREFILL_LANES, prompt_capacities
     bound = int(MIXED_STEP_FLOPS // (2 * max(active_params(engine.model), 1)))
-    cfg = engine.cfg  # the prompt graphs GraphRunner captures (none with either switch at 0: eager steps)
-    caps = [c for c in extend_capacities(cfg.cuda_graph_max_extend) if c <= engine.max_seq_len] \
-        if cfg.cuda_graph_max_extend > 0 and cfg.cuda_graph_max_bs > 0 else []
+    caps = prompt_capacities(engine.cfg, engine.max_seq_len)  # none: eager steps, the bound itself
     if not caps or bound >= caps[-1]:
         return None if caps else max(bound, 1)
-    fits = [c - (PREFILL_LANES - 1) for c in caps if c <= bound]
-    return fits[-1] if fits else caps[0] - (PREFILL_LANES - 1)
+    fits = [c for c in caps if c <= bound] or caps[:1]
+    return fits[-1] - (PREFILL_LANES - 1)  # the rows the graph's padding lanes keep
 
 
 def active_params(model) -> int:

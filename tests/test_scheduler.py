@@ -158,14 +158,13 @@ def test_mixed_backlog_tokens_without_a_mixed_budget_is_refused_off_cuda(path):
         tiny_llm(path, mixed_prefill_tokens=8, mixed_backlog_tokens=0)
 
 
-def test_default_mixed_budget_follows_the_models_size(tmp_path, monkeypatch):
+def check_budget_rule(model_dir: str, monkeypatch) -> None:
     """On CUDA the mixed budget defaults to the largest prompt-graph capacity (less its 3 padding rows) whose prompt
     work, 2 x non-embedding parameters x tokens, fits MIXED_STEP_FLOPS; no cap when even the largest fits; the
-    smallest graph when none fits; the plain bound without prompt graphs. (A 4k context: every capacity is captured;
-    the 256-position tiny model would capture only the first.)"""
+    smallest graph when none fits; the plain bound without prompt graphs (either graph switch at 0)."""
     from minisgl_edu import scheduler
     from minisgl_edu.graphs import extend_capacities
-    eng = tiny_llm(tiny_model_dir(str(tmp_path), max_positions=4096)).engine
+    eng = tiny_llm(model_dir).engine
     assert extend_capacities(eng.cfg.cuda_graph_max_extend)[-1] <= eng.max_seq_len
     params = sum(p.numel() for n, p in eng.model.named_parameters() if "embed" not in n and "lm_head" not in n)
     assert scheduler.active_params(eng.model) == params  # a dense model: every parameter
@@ -184,6 +183,39 @@ def test_default_mixed_budget_follows_the_models_size(tmp_path, monkeypatch):
     object.__setattr__(eng.cfg, "cuda_graph_max_extend", 2048)
     object.__setattr__(eng.cfg, "cuda_graph_max_bs", 0)  # no graphs at all: eager too
     assert scheduler.mixed_tokens_for(eng) == 1100
+
+
+def test_default_mixed_budget_follows_the_models_size(tmp_path, monkeypatch):
+    """(A 4k context: every capacity is captured; the 256-position tiny model would capture only the first.)"""
+    check_budget_rule(tiny_model_dir(str(tmp_path), max_positions=4096), monkeypatch)
+
+
+def wrong_budget(kind: str):
+    """Wrong default-budget rules the check must catch: session 12's (no floor), the padding rows counted as prompt
+    rows, and graph capacities assumed although graphs are off."""
+    from minisgl_edu import scheduler
+    from minisgl_edu.graphs import extend_capacities
+
+    def rule(engine):
+        bound = int(scheduler.MIXED_STEP_FLOPS // (2 * scheduler.active_params(engine.model)))
+        cfg = engine.cfg
+        on = cfg.cuda_graph_max_extend > 0 and (kind == "graphs off ignored" or cfg.cuda_graph_max_bs > 0)
+        caps = extend_capacities(cfg.cuda_graph_max_extend) if on else []
+        if not caps or bound >= caps[-1]:
+            return None if caps else max(bound, 1)
+        fits = [c for c in caps if c <= bound]
+        if not fits:
+            return bound if kind == "no floor" else caps[0] - 3
+        return fits[-1] - (0 if kind == "padding rows counted" else 3)
+    return rule
+
+
+@pytest.mark.parametrize("kind", ["no floor", "padding rows counted", "graphs off ignored"])
+def test_budget_rule_check_catches_wrong_rules(tmp_path, monkeypatch, kind):
+    from minisgl_edu import scheduler
+    monkeypatch.setattr(scheduler, "mixed_tokens_for", wrong_budget(kind))
+    with pytest.raises(AssertionError):
+        check_budget_rule(tiny_model_dir(str(tmp_path), max_positions=4096), monkeypatch)
 
 
 def test_overlap_stops_on_eos_like_normal(path):
