@@ -34,37 +34,44 @@ def main() -> int:
     ap.add_argument("--num-prompts", type=int, default=128)
     ap.add_argument("--common", default="", help="serve flags both variants get")
     ap.add_argument("--a", default="", help="serve flags of variant A (default: none, the defaults)")
-    ap.add_argument("--b", required=True, help="serve flags of variant B")
+    ap.add_argument("--b", default=None, help="serve flags of variant B (required unless --one-server)")
     ap.add_argument("--order", default="ABBA")
     ap.add_argument("--bench", default="", help="more `bench serve` flags (a dry run: '--input-len 8 16 --output-len 4 8')")
+    ap.add_argument("--bench-a", default="", help="`bench serve` flags of variant A only (a client setting)")
+    ap.add_argument("--bench-b", default="", help="`bench serve` flags of variant B only, e.g. '--client-procs 4'")
+    ap.add_argument("--one-server", action="store_true",
+                    help="one server (A's flags) for both variants: they differ only in --bench-a / --bench-b")
     ap.add_argument("--seed", type=int, default=100)
     ap.add_argument("--paired", action="store_true",
                     help="runs 2k and 2k+1 share a seed (the same prompts and arrivals): with ABBA orders, paired A/B")
     ap.add_argument("--log-dir", default="out")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    flags = {"A": args.a, "B": args.b}
+    if args.b is None and not args.one_server:
+        ap.error("--b is required (the second server's flags), unless --one-server")
+    flags = {"A": args.a, "B": args.a if args.one_server else args.b}
+    bench = {"A": args.bench_a, "B": args.bench_b}
     servers = {}
     try:
-        for v in "AB":  # both up before any run: neither start-up overlaps a measured run
+        for v in ("A" if args.one_server else "AB"):  # both up before any run: neither start-up overlaps a measured run
             servers[v] = start_server(args.model_path, args.device, args.dummy_weights,
                                       shlex.split(args.common) + shlex.split(flags[v]),
                                       os.path.join(args.log_dir, f"ab_{v}.serve.log"))
         runs = []
         for i, v in enumerate(args.order):
-            url, seed = servers[v][1], args.seed + (i // 2 if args.paired else i)
+            url, seed = servers["A" if args.one_server else v][1], args.seed + (i // 2 if args.paired else i)
             a = parse_args(["serve", "--base-url", url, "--num-prompts", str(args.num_prompts), "--request-rate",
                             str(args.rate), "--seed", str(seed), "--no-progress", "--warmup", "8",
-                            *shlex.split(args.bench)])
+                            *shlex.split(args.bench), *shlex.split(bench[v])])
             s = bench_serve_timed(a, url)
             med = s["step_median_ms"].get("decode", float("nan"))
-            row = dict(variant=v, flags=flags[v], seed=seed, failed=s["failed"],
+            row = dict(variant=v, flags=flags[v], bench=bench[v], seed=seed, failed=s["failed"],
                        output_throughput=s["output_throughput"], ttft_p99=s["ttft_ms"]["p99"],
                        itl_p50=s["itl_ms"]["median"], itl_p99=s["itl_ms"]["p99"], decode_median=med,
                        ratio=s["itl_ms"]["p99"] / med, mixed_mean=s["step_ms"].get("mixed", float("nan")),
                        decode_mean=s["step_ms"].get("decode", float("nan")), cpu=s.get("cpu"))
             runs.append(row)
-            print(f"run {i} {v} [{flags[v] or 'defaults'}]: ITL p50/p99 {row['itl_p50']:.2f}/{row['itl_p99']:.2f} ms, "
+            print(f"run {i} {v} [{flags[v] or 'defaults'} {bench[v]}]: ITL p50/p99 {row['itl_p50']:.2f}/{row['itl_p99']:.2f} ms, "
                   f"median decode step {med:.2f} ms, ITL p99 / step {row['ratio']:.2f}, TTFT p99 {row['ttft_p99']:.1f} ms, "
                   f"mixed step {row['mixed_mean']:.2f} ms, {row['output_throughput']:.0f} tok/s, failed {row['failed']}",
                   flush=True)
@@ -73,7 +80,7 @@ def main() -> int:
             stop_server(proc)
     for v in "AB":
         rs = [r["ratio"] for r in runs if r["variant"] == v]
-        print(f"{v} [{flags[v] or 'defaults'}]: ITL p99 / median decode step {', '.join(f'{x:.2f}' for x in rs)} "
+        print(f"{v} [{flags[v] or 'defaults'} {bench[v]}]: ITL p99 / median decode step {', '.join(f'{x:.2f}' for x in rs)} "
               f"(mean {statistics.mean(rs):.2f})")
     if args.out:
         with open(args.out, "w") as f:

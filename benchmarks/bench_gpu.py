@@ -9,6 +9,7 @@ P4  overlap scheduling on vs off at batch 64: throughput and GPU idle share betw
 P2x an experiment: P2 at batch 1 and 256 with RMSNorm swapped for torch's fused rms_norm
 LEAN  decode step and host time at batch 1, 8, 256 with lean_step off vs on, then P1 with it off
 GEMM  an experiment: the layer's four GEMMs at M = 1, 8, 64 via cuBLAS, cuBLASLt, a pre-transposed weight
+SPLITK an experiment: the layer's four products at 16..256 rows, cuBLAS against split-K by hand (bmm + sum)
 LT  an experiment: cuBLASLt for the GEMMs (kernels per layer, decode at batch 1 and 256, P1); after the others
 SMALLM an experiment: our kernels at <= 8 rows (o_proj; SiLU-and-mul + down) (kernels per layer, decode at 1 and 8, P1)
 TC  an experiment: every decode graph through FlashInfer's tensor-core decode kernel (decode at 1, 64, 256, P1)
@@ -580,6 +581,60 @@ def gemv_sweep(bw: float) -> None:
                        f"{base[1]} kernel(s){' with silu_and_mul' if silu else ''}) / ours")
 
 
+def split_k_sweep(bw: float) -> None:
+    """Experiment (issue 16): the decoder layer's four products at M = 16..256 rows, cuBLAS (F.linear, the layout the
+    model stores) against split-K by hand: K cut into S slices, one strided-batched GEMM (bmm) writes S partial
+    products [S, M, N], one sum adds them (S x more CTAs for the few output tiles of o_proj and down). Partials in
+    bf16, or in float32 (bmm's out_dtype) then summed and cast. L2-cold: weight copies filling 4x the L2 cycle."""
+    import torch.nn.functional as F
+    print("\nSPLITK experiment: cuBLAS against split-K (bmm + sum) at 16..256 rows", flush=True)
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    shapes = {"qwen3": {"qkv": (1024, 4096), "o_proj": (2048, 1024), "gate_up": (1024, 6144), "down": (3072, 1024)},
+              "smollm2": {"qkv": (576, 960), "o_proj": (576, 576), "gate_up": (576, 3072), "down": (1536, 576)}}
+
+    def split(x, w, s, fp32):
+        k = x.shape[1]
+        xs = x.view(x.shape[0], s, k // s).transpose(0, 1)
+        ws = w.t().reshape(s, k // s, w.shape[0])  # a view for either layout: w.t() splits along its rows
+        if fp32:
+            return torch.bmm(xs, ws, out_dtype=torch.float32).sum(0).to(x.dtype)
+        return torch.bmm(xs, ws).sum(0)
+    for model, table in shapes.items():
+        for name, (k, n) in table.items():
+            w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16) / k**0.5
+            if name == "o_proj":
+                w = w.t().contiguous().t()  # as the model stores it (column_major)
+            copies = [w] + [w.clone(memory_format=torch.preserve_format) if name != "o_proj" else
+                            w.t().contiguous().t() for _ in range(-(-4 * l2 // (w.numel() * 2)) - 1)]
+            for m in (16, 32, 64, 96, 128, 192, 256):
+                x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+                exact = F.linear(x.float(), w.float())
+                fns = {"cublas": lambda w: F.linear(x, w)}
+                for s_ in (2, 3, 4, 6, 8):
+                    if k % s_ == 0 and (k // s_) % 8 == 0:
+                        fns[f"s{s_}"] = lambda w, s_=s_: split(x, w, s_, False)
+                        if s_ in (2, 4):
+                            fns[f"s{s_}f32"] = lambda w, s_=s_: split(x, w, s_, True)
+                line, times = [], {}
+                for variant, fn in fns.items():
+                    try:
+                        us, nk = gemm_time(lambda: [fn(c) for c in copies], reps=1)
+                    except Exception as e:  # an experiment: report, do not fail the suite
+                        line.append(f"{variant} failed ({type(e).__name__})")
+                        continue
+                    us, nk = us / len(copies), nk // len(copies)
+                    err = float((fn(w).float() - exact).norm() / exact.norm())
+                    times[variant] = (us, nk, err)
+                    line.append(f"{variant} {us:6.2f}us/{nk}k/{err:.0e}")
+                print(f"  {model:7s} {name:7s} m={m:3d} " + "  ".join(line), flush=True)
+                if "cublas" in times and len(times) > 1:
+                    best = min((v for v in times if v != "cublas"), key=lambda v: times[v][0])
+                    us, nk, err = times[best]
+                    record(f"splitk_{model}_{name}_m{m}", us, "us", times["cublas"][0] / us,
+                           f"{k}->{n}; best split {best}, {nk} kernel(s), rel err {err:.1e}; ratio = cuBLAS "
+                           f"({times['cublas'][0]:.2f} us, {times['cublas'][1]} kernel(s)) / best")
+
+
 # ---- output -------------------------------------------------------------------------------------
 def write_results() -> None:
     old = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
@@ -610,6 +665,14 @@ def main() -> None:
     torch.manual_seed(0)
     bw = copy_bandwidth()
     record("copy_bandwidth", bw / 1e12, "TB/s", None, "device-to-device copy of 2 GiB, read + write bytes, median of 10")
+    if set(args.parts) <= {"gemm", "gemv", "splitk"}:  # products alone: no engine to build
+        try:
+            for name, fn in (("gemm", gemm), ("gemv", gemv_sweep), ("splitk", split_k_sweep)):
+                if name in args.parts:
+                    fn(bw)
+        finally:
+            write_results()
+        return
     llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=256, cuda_graph_max_bs=256)
     print(f"weights {weight_bytes(llm.engine.model) / 1e9:.3f} GB, KV {kv_bytes_per_token(llm.engine)} B/token, "
           f"pool {llm.engine.pool.num_pages * llm.engine.pool.page_size} tokens", flush=True)
@@ -632,6 +695,8 @@ def main() -> None:
             gemm(bw)
         if "gemv" in args.parts:
             gemv_sweep(bw)
+        if "splitk" in args.parts:
+            split_k_sweep(bw)
         if {"lt", "nogemv", "gemvrow", "tc", "nobal"} & set(args.parts):
             del llm
             import gc

@@ -2,12 +2,14 @@
 is known exactly, measured by `bench serve`'s client.
 
     python benchmarks/client_jitter.py [--streams 40] [--interval-ms 1.4] [--tokens 200] [--loop asyncio uvloop]
+                                       [--client-procs 1 4]
 
 A stand-in server (its own process, plain blocking sockets, no asyncio) accepts `--streams` streamed completions,
 then every `--interval-ms` writes one SSE event to each stream, in the same order every time, so each stream's true
 interval is the interval itself (the stand-in also reports how late it was). Served SmolLM2 steps emit ~40 tokens
 every ~1.4 ms, and the client reads them one stream at a time: the ITL it reports is the true interval plus how its
-own loop spread the burst. Prints the client's ITL p50/p90/p99 against the truth, per event loop.
+own loop spread the burst. Prints the client's ITL p50/p90/p99 against the truth, per event loop, and with the
+streams shared among several client processes (`--client-procs`, asyncio loops; `bench serve --client-procs`).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from minisgl_edu.bench_serve import BenchRequest, run_load, stats_ms  # noqa: E402
+from minisgl_edu.bench_serve import BenchRequest, run_load, run_load_sharded, stats_ms  # noqa: E402
 
 
 def chunk(payload: bytes) -> bytes:
@@ -72,7 +74,7 @@ def stand_in(port_q, streams: int, tokens: int, interval_s: float, late_q) -> No
     late_q.put(late)
 
 
-def measure(streams: int, tokens: int, interval_s: float, loop: str) -> dict:
+def measure(streams: int, tokens: int, interval_s: float, loop: str, procs: int = 1) -> dict:
     port_q, late_q = mp.Queue(), mp.Queue()
     p = mp.Process(target=stand_in, args=(port_q, streams, tokens, interval_s, late_q), daemon=True)
     p.start()
@@ -82,14 +84,17 @@ def measure(streams: int, tokens: int, interval_s: float, loop: str) -> dict:
     if loop == "uvloop":
         import uvloop
         factory = uvloop.new_event_loop
-    with asyncio.Runner(loop_factory=factory) as runner:
-        results, _ = runner.run(run_load(url, reqs, progress=False))
+    if procs > 1:
+        results, _, _ = run_load_sharded(url, reqs, procs, progress=False)
+    else:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            results, _ = runner.run(run_load(url, reqs, progress=False))
     late = late_q.get(timeout=60)
     p.join(timeout=10)
     bad = [r.error for r in results if not r.ok]
     assert not bad, bad[:3]
     itl = [x for r in results for x in r.itl]
-    return {"loop": loop, "itl_ms": stats_ms(itl), "stand_in_late_ms_max": 1e3 * max(late)}
+    return {"loop": loop, "procs": procs, "itl_ms": stats_ms(itl), "stand_in_late_ms_max": 1e3 * max(late)}
 
 
 def main() -> None:
@@ -99,15 +104,24 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=200)
     ap.add_argument("--loop", nargs="+", default=["asyncio", "uvloop"])
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--client-procs", type=int, nargs="+", default=[1], help="also with the streams shared by N "
+                    "client processes (asyncio loops)")
+    ap.add_argument("--out", default=None, help="write every run as JSON here")
     args = ap.parse_args()
     print(f"{args.streams} streams, one event each every {args.interval_ms} ms (the truth), {args.tokens} events")
+    variants = [(loop, 1) for loop in args.loop] if 1 in args.client_procs else []
+    variants += [("asyncio", n) for n in args.client_procs if n > 1]
+    runs = []
     for _ in range(args.repeats):
-        for loop in args.loop:
-            r = measure(args.streams, args.tokens, args.interval_ms / 1e3, loop)
+        for loop, procs in variants:
+            r = measure(args.streams, args.tokens, args.interval_ms / 1e3, loop, procs)
+            runs.append(r)
             s = r["itl_ms"]
-            print(f"  client loop {loop:8s}: ITL p50 {s['median']:.3f}  p90 {s['p90']:.3f}  p99 {s['p99']:.3f} ms "
+            print(f"  client loop {loop:8s} x{procs}: ITL p50 {s['median']:.3f}  p90 {s['p90']:.3f}  p99 {s['p99']:.3f} ms "
                   f"(p99 - truth {s['p99'] - args.interval_ms:+.3f} ms; the stand-in ran late by at most "
                   f"{r['stand_in_late_ms_max']:.3f} ms)", flush=True)
+    if args.out:
+        Path(args.out).write_text(json.dumps({"args": vars(args), "runs": runs}, indent=1))
 
 
 if __name__ == "__main__":

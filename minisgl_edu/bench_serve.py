@@ -296,11 +296,26 @@ class RawGet:
 
 
 # ---- the load ------------------------------------------------------------------------------------
+def arrival_times(n: int, request_rate: float = math.inf, seed: int = 0) -> list[float]:
+    """Seconds from the load's start at which each request is sent: all 0 (all at once), or a Poisson process
+    (exponential gaps from one seeded RNG). Fixed in advance, so a late event loop does not push every later arrival."""
+    rng, t, out = random.Random(seed), 0.0, []
+    for _ in range(n):
+        out.append(t)
+        if math.isfinite(request_rate):
+            t += rng.expovariate(request_rate)
+    return out
+
+
 async def run_load(base_url: str, reqs: list[BenchRequest], request_rate: float = math.inf,
                    max_concurrency: int | None = None, model: str | None = None, seed: int = 0,
                    progress: bool = True, api_key: str | None = None, timeout: float = 3600.0,
-                   scrape_interval: float | None = None, http_client: str = "raw") -> tuple[list[RequestResult], float]:
-    """Send every request (Poisson arrivals at request_rate, inf = all at once); return results and seconds."""
+                   scrape_interval: float | None = None, http_client: str = "raw", *,
+                   arrivals: list[float] | None = None, start_at=None,
+                   on_done=None) -> tuple[list[RequestResult], float]:
+    """Send every request at its arrival time (default: `arrival_times`); return results and seconds.
+    A shard of `run_load_sharded` passes its own arrivals, `start_at` (the readiness callback that returns the
+    shared start, a perf_counter reading) and `on_done` (called per finished request, in place of the bar)."""
     import httpx
     from tqdm.auto import tqdm
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -309,6 +324,7 @@ async def run_load(base_url: str, reqs: list[BenchRequest], request_rate: float 
         http_client = "httpx"  # https and the rest: the general client
     client = RawClient(base_url, headers, timeout) if http_client == "raw" else httpx.AsyncClient(
         base_url=base_url, timeout=httpx.Timeout(timeout, connect=30.0), limits=limits, headers=headers)
+    arrivals = arrival_times(len(reqs), request_rate, seed) if arrivals is None else arrivals
     async with client:
         if model is None:
             r = await client.get("/v1/models")
@@ -316,8 +332,7 @@ async def run_load(base_url: str, reqs: list[BenchRequest], request_rate: float 
             model = r.json()["data"][0]["id"]
         gate = asyncio.Semaphore(max_concurrency) if max_concurrency else None
         bar = tqdm(total=len(reqs), desc="requests", unit="req", disable=not progress)
-        rng = random.Random(seed)
-        t0 = time.perf_counter()
+        t0 = time.perf_counter() if start_at is None else start_at()  # perf_counter is one clock for every process
 
         async def one(req: BenchRequest) -> RequestResult:
             if gate is None:
@@ -326,19 +341,101 @@ async def run_load(base_url: str, reqs: list[BenchRequest], request_rate: float 
                 async with gate:
                     res = await send_one(client, model, req, t0)
             bar.update(1)
+            if on_done is not None:
+                on_done()
             return res
         scraper = asyncio.create_task(scrape(client, scrape_interval)) if scrape_interval else None
         tasks = []
-        for i, req in enumerate(reqs):
+        for req, at in zip(reqs, arrivals):
+            if (wait := t0 + at - time.perf_counter()) > 0:
+                await asyncio.sleep(wait)
             tasks.append(asyncio.create_task(one(req)))
-            if math.isfinite(request_rate) and i + 1 < len(reqs):
-                await asyncio.sleep(rng.expovariate(request_rate))  # Poisson: exponential gaps
         results = await asyncio.gather(*tasks)
         duration = time.perf_counter() - t0
         if scraper is not None:
             scraper.cancel()
         bar.close()
     return list(results), duration
+
+
+def _load_shard(conn, base_url: str, reqs: list[BenchRequest], arrivals: list[float], kwargs: dict) -> None:
+    """One client process of `run_load_sharded`: ready -> the shared start -> ticks -> its results and CPU seconds."""
+    try:
+        def start_at() -> float:
+            conn.send(("ready", os.getpid()))
+            return conn.recv()
+        results, _ = asyncio.run(run_load(base_url, reqs, progress=False, arrivals=arrivals, start_at=start_at,
+                                          on_done=lambda: conn.send(("tick",)), **kwargs))
+        conn.send(("done", results, time.perf_counter(), time.process_time()))
+    except BaseException as e:  # the parent must hear of it, not wait for ever
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+    finally:
+        conn.close()
+
+
+def run_load_sharded(base_url: str, reqs: list[BenchRequest], client_procs: int, request_rate: float = math.inf,
+                     max_concurrency: int | None = None, model: str | None = None, seed: int = 0,
+                     progress: bool = True, api_key: str | None = None, timeout: float = 3600.0,
+                     scrape_interval: float | None = None,
+                     http_client: str = "raw") -> tuple[list[RequestResult], float, float]:
+    """run_load over `client_procs` processes (request i in process i % client_procs), one shared start and one
+    arrival schedule: (results in request order, seconds, the client processes' CPU seconds). One event loop reads
+    a step's burst of events one stream at a time, so the last stream's clock reading waits for the others' parsing
+    (chapter 9); several loops shorten that wait. max_concurrency is split between the processes."""
+    import multiprocessing as mp
+    from multiprocessing.connection import wait
+    from tqdm.auto import tqdm
+    if max_concurrency is not None and max_concurrency < client_procs:
+        raise ValueError(f"--max-concurrency {max_concurrency} is below --client-procs {client_procs}: "
+                         "each client process needs at least one request in flight")
+    arrivals = arrival_times(len(reqs), request_rate, seed)
+    ctx, procs, conns = mp.get_context("spawn"), [], []
+    for i in range(client_procs):
+        idx = range(i, len(reqs), client_procs)
+        conc = None if max_concurrency is None else max_concurrency // client_procs + (i < max_concurrency % client_procs)
+        kwargs = dict(max_concurrency=conc, model=model, api_key=api_key, timeout=timeout, http_client=http_client,
+                      scrape_interval=scrape_interval if i == 0 else None)  # one scraper is a Prometheus server
+        ours, theirs = ctx.Pipe()
+        procs.append(ctx.Process(target=_load_shard, daemon=True,
+                                 args=(theirs, base_url, [reqs[j] for j in idx], [arrivals[j] for j in idx], kwargs)))
+        procs[-1].start()
+        theirs.close()
+        conns.append(ours)
+    results: list[RequestResult | None] = [None] * len(reqs)
+    ends, cpu = [], 0.0
+    bar = tqdm(total=len(reqs), desc="requests", unit="req", disable=not progress)
+    try:
+        for c in conns:  # every process connected, imported and asked the model name: then one start for all
+            msg = c.recv()
+            if msg[0] != "ready":
+                raise RuntimeError(f"a client process failed before the start: {msg[1]}")
+        t0 = time.perf_counter() + 0.01
+        for c in conns:
+            c.send(t0)
+        live = {c: i for i, c in enumerate(conns)}
+        while live:
+            for c in wait(list(live)):
+                try:
+                    msg = c.recv()
+                except EOFError:
+                    raise RuntimeError("a client process died mid-load") from None
+                if msg[0] == "tick":
+                    bar.update(1)
+                elif msg[0] == "done":
+                    i = live.pop(c)
+                    for j, r in zip(range(i, len(reqs), client_procs), msg[1]):
+                        results[j] = r
+                    ends.append(msg[2])
+                    cpu += msg[3]
+                else:
+                    raise RuntimeError(f"a client process failed: {msg[1]}")
+    finally:
+        bar.close()
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    return results, max(ends) - t0, cpu
 
 
 async def scrape(client, interval: float) -> None:
@@ -442,12 +539,20 @@ def bench_serve(args) -> dict:
     if "api" not in pids and getattr(args, "server_pid", None):  # a server whose /health does not say (an older one)
         pids["api"] = args.server_pid
     before = {k: c for k, p in pids.items() if (c := cpu_seconds(p)) is not None}
-    results, duration = asyncio.run(run_load(args.base_url, reqs, args.request_rate, args.max_concurrency,
-                                             args.model, args.seed, not args.no_progress, args.api_key,
-                                             scrape_interval=getattr(args, "scrape_interval", None),
-                                             http_client=args.http_client))
+    load = (args.base_url, reqs)
+    kw = dict(request_rate=args.request_rate, max_concurrency=args.max_concurrency, model=args.model, seed=args.seed,
+              progress=not args.no_progress, api_key=args.api_key, http_client=args.http_client,
+              scrape_interval=getattr(args, "scrape_interval", None))
+    procs = getattr(args, "client_procs", 1)
+    if procs > 1:
+        results, duration, client_cpu = run_load_sharded(*load, procs, **kw)
+    else:
+        results, duration = asyncio.run(run_load(*load, **kw))
     s = summarize(results, duration)
     s["cpu"] = cpu_report(pids, before, duration, s["total_output_tokens"])
+    if procs > 1:  # the client processes' own CPU time (each reads its own clock), the parent's beside it
+        s["cpu"]["client_procs"] = {"cpu_s": client_cpu, "cpu_pct": 100 * client_cpu / max(duration, 1e-9),
+                                    "us_per_token": 1e6 * client_cpu / max(s["total_output_tokens"], 1)}
     s.update(config={k: v for k, v in vars(args).items() if k != "api_key"})
     s["config"]["request_rate"] = str(args.request_rate)
     return s
@@ -776,6 +881,9 @@ def parse_args(argv=None):
         p.add_argument("--max-concurrency", type=int, default=None)
         p.add_argument("--http-client", choices=["raw", "httpx"], default="raw",
                        help="raw: our minimal HTTP/1.1 client (http:// only; ~10x less CPU per event); httpx: the twin")
+        p.add_argument("--client-procs", type=int, default=1,
+                       help="client processes sharing the load (one event loop each): a loop that reads a burst of "
+                            "streams one by one stamps the last ones late, which a single loop adds to the ITL tail")
     for p in (o, c):
         p.add_argument("--model-path", default=None, help="model folder (default: the default model)")
         p.add_argument("--device", default=None)
@@ -796,6 +904,10 @@ def parse_args(argv=None):
     for p in (s, o, c):
         add_workload_flags(p)
     args = ap.parse_args(argv)
+    if getattr(args, "client_procs", 1) < 1:
+        ap.error(f"--client-procs must be at least 1, got {args.client_procs}")
+    if args.cmd != "offline" and args.max_concurrency is not None and args.max_concurrency < args.client_procs:
+        ap.error(f"--max-concurrency {args.max_concurrency} is below --client-procs {args.client_procs}")
     if args.cmd != "serve" and args.model_path is None:
         from .default_model import default_model_path
         args.model_path = default_model_path()

@@ -24,8 +24,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from minisgl_edu import bench
-from minisgl_edu.bench_serve import (BenchRequest, parse_args, parse_sse_line, random_requests, run_load,
-                                     shared_prefix_requests, sharegpt_like_requests, stats_ms, summarize)
+from minisgl_edu.bench_serve import (BenchRequest, arrival_times, parse_args, parse_sse_line, random_requests,
+                                     run_load, run_load_sharded, shared_prefix_requests, sharegpt_like_requests,
+                                     stats_ms, summarize)
 from minisgl_edu.messages import UserReply
 from minisgl_edu.server.api import merge_replies
 from minisgl_edu.server.tokenizer import (DecodeState, batch_decoder, detokenize_batch, detokenize_next,
@@ -305,6 +306,25 @@ def test_poisson_arrivals_and_max_concurrency(stub_url):
     with pytest.raises(SystemExit):
         parse_args(["serve", "--prompt-mode", "neither"])
     assert math.isinf(parse_args(["serve"]).request_rate)
+
+
+def test_client_shards_keep_order_failures_and_the_arrival_schedule(stub_url):
+    """`--client-procs 3`: each request's result comes back in its own place (the kinds differ, so a shuffled
+    shard would mismatch), failures still count, and every request leaves no earlier than its Poisson arrival."""
+    reqs = [BenchRequest([k] + [1] * 5, 6, 4) for k in (0, 1, 2, 3, 0, 1, 2, 3, 0, 0)]
+    results, duration, cpu = run_load_sharded(stub_url, reqs, 3, request_rate=50.0, seed=7, progress=False)
+    assert (summarize(results, duration)["completed"], cpu > 0) == (4, True)
+    for req, r in zip(reqs, results):
+        kind = req.prompt[0]
+        assert r.ok == (kind == 0), (kind, r.error)
+        assert kind != 1 or "HTTP 500" in r.error
+    for at, r in zip(arrival_times(len(reqs), 50.0, 7), results):
+        assert r.start >= at - 1e-3  # never early: the shared start plus the request's own arrival
+    assert max(r.start for r in results) > 0.05
+    with pytest.raises(ValueError, match="client-procs"):
+        run_load_sharded(stub_url, reqs, 3, max_concurrency=2, progress=False)
+    with pytest.raises(SystemExit):
+        parse_args(["serve", "--client-procs", "0"])
 
 
 def test_sse_parsing():
