@@ -10,6 +10,7 @@ source "$(dirname "$0")/gpu_env.sh"
 LOG=$OUT/gpu_serve.log
 DEVICE=${DEVICE:-cuda}
 N=${GPU_SERVE_PROMPTS:-256}; SWEEP_N=${GPU_SERVE_SWEEP_PROMPTS:-128}; RATES=${GPU_SERVE_RATES:-0.5x,1x,0.75x,0.25x}  # the target rate first: a cut-short run keeps it
+CLIENTS=${GPU_SERVE_CLIENT_PROCS:-4}  # client processes: one event loop stamps a burst of 40 streams one by one (chapter 9)
 LENS=(); SERVE_EXTRA=""; LIMIT=${GPU_SERVE_LIMIT:-150}  # seconds per model: two models + start-up < 6 min; --out is written after every run, so a cut keeps the finished ones
 if [ "${GPU_SERVE_TINY:-0}" = 1 ]; then
     N=4; SWEEP_N=4; RATES=0.5x,1x; LENS=(--input-len 8 16 --output-len 2 4); LIMIT=600
@@ -23,7 +24,7 @@ for model in smollm2-135m qwen3-0.6b; do
     extra=$SERVE_EXTRA
     [ "$model" = qwen3-0.6b ] && extra="$extra --skip-tokenizer-init"  # its folder has no tokenizer
     run timeout "$LIMIT" python3 -m minisgl_edu.bench compare --model-path "benchmarks/configs/$model" \
-        --device "$DEVICE" --dummy-weights --num-prompts "$N" "${LENS[@]}" --warmup 8 --repeats 1 \
+        --device "$DEVICE" --dummy-weights --num-prompts "$N" "${LENS[@]}" --warmup 8 --repeats 1 --client-procs "$CLIENTS" \
         "--serve-args=$extra" --sweep-rates "$RATES" --sweep-num-prompts "$SWEEP_N" --no-progress \
         --server-log "$OUT/serve_$model.log" --out "$OUT/serve_$model.json"
 done

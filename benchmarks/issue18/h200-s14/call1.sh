@@ -15,7 +15,7 @@ run timeout 200 python3 benchmarks/ab_serve.py --model-path benchmarks/configs/s
     --rate 42 --num-prompts 128 --one-server --bench-b "--client-procs 4" --order ABBAABBA --paired \
     --log-dir $OUT --out $OUT/ab_client_smollm2-135m.json
 run timeout 150 python3 benchmarks/ab_serve.py --model-path benchmarks/configs/qwen3-0.6b --device cuda --dummy-weights \
-    --rate 21.5 --num-prompts 128 --common "--skip-tokenizer-init" --one-server --bench-b "--client-procs 4" \
+    --rate 21.5 --num-prompts 128 --common=--skip-tokenizer-init --one-server --bench-b "--client-procs 4" \
     --order ABBA --paired --log-dir $OUT --out $OUT/ab_client_qwen3-0.6b.json
 rm -f $OUT/ab_A.serve.log
 echo "call1: exit status $status" | tee -a "$LOG"
