@@ -41,11 +41,9 @@ def extend_capacities(max_extend: int) -> list[int]:
     return caps + [max_extend] if max_extend > 0 else []
 
 
-def prompt_capacities(cfg, max_seq_len: int) -> list[int]:
-    """The prompt-row capacities of the prefill graphs an engine captures: none with either graph switch at 0."""
-    if cfg.cuda_graph_max_bs <= 0:
-        return []
-    return [c for c in extend_capacities(cfg.cuda_graph_max_extend) if c <= max_seq_len]
+def prompt_capacities(max_extend: int, max_seq_len: int) -> list[int]:
+    """The prompt-row capacities of the prefill graphs a GraphRunner captures: those within the context."""
+    return [c for c in extend_capacities(max_extend) if c <= max_seq_len]
 
 
 class GraphRunner:
@@ -56,7 +54,7 @@ class GraphRunner:
         self.max_bs = self.sizes[-1]
         pool, backend, dev = engine.pool, engine.backend, engine.device
         # prefill / mixed steps: decode rows padded to 0 or a power of two, x prompt-row capacities
-        caps = prompt_capacities(engine.cfg, engine.max_seq_len)
+        caps = prompt_capacities(engine.cfg.cuda_graph_max_extend, engine.max_seq_len)
         pow2 = {1 << i for i in range(self.max_bs.bit_length())} | {self.max_bs}
         self.mixed_sizes = [0] + sorted(pow2) if caps else []
         self.prefill_keys = [(d, c) for d in self.mixed_sizes for c in caps]  # (decode rows, prompt rows)

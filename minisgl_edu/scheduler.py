@@ -290,7 +290,8 @@ def mixed_tokens_for(engine) -> int | None:
     its shard."""
     from .graphs import PREFILL_LANES, prompt_capacities
     bound = int(MIXED_STEP_FLOPS // (2 * max(active_params(engine.model), 1)))
-    caps = prompt_capacities(engine.cfg, engine.max_seq_len)  # none: eager steps, the bound itself
+    cfg = engine.cfg  # no decode graphs (cuda_graph_max_bs 0): no GraphRunner, no prompt graphs either
+    caps = prompt_capacities(cfg.cuda_graph_max_extend, engine.max_seq_len) if cfg.cuda_graph_max_bs > 0 else []
     if not caps or bound >= caps[-1]:
         return None if caps else max(bound, 1)
     fits = [c for c in caps if c <= bound] or caps[:1]
