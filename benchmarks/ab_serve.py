@@ -4,7 +4,8 @@
         --rate 21.5 --num-prompts 128 --common "--skip-tokenizer-init --max-total-tokens 400000" \
         --a "" --b "--no-early-receive" --order ABBA --out ab.json
 
-Both servers start once and stay up (each KV pool capped by --common's --max-total-tokens, so both fit one GPU);
+`--one-server` keeps one server (A's flags) and varies only the client between the variants (`--bench-a`,
+`--bench-b`, e.g. "--client-procs 4"). Both servers start once and stay up (each KV pool capped by --common's --max-total-tokens, so both fit one GPU);
 the idle one only waits for mail. Each run is `bench serve` at a fixed Poisson rate with a fresh seed, the runs in
 `--order`, so a drift of the host between runs falls on both variants alike (`--paired`: each pair of runs on the
 same prompts and arrivals). Per run: ITL p50/p99, TTFT p99,
