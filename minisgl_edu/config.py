@@ -81,7 +81,6 @@ class ServerConfig(SchedulerConfig):
     naive_stream: bool = False  # the per-token twins: one decode call per token, one SSE event per token
     http_parser: str | None = None  # uvicorn's HTTP parser: "httptools" | "h11"; None: httptools when installed (the compiled one)
     early_receive: bool = True  # one rank, overlap loop: new requests are read while a step's tokens travel; False: at the loop's top only
-    early_emit: bool = False  # one rank, overlap loop: step N's tokens leave from inside step N+1's launch (scheduler.EarlyEmit)
 
     def __post_init__(self):
         super().__post_init__()

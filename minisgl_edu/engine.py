@@ -52,7 +52,6 @@ class Engine:
         self.layout: StepLayout | None = None  # this step's arrays on the device (lean_step; set by prepare)
         self.sampling_cache = SamplingCache()  # lean_step: the decode batch's sampling tensors, reused while it lasts
         self.timeline: Timeline | None = None  # set to Timeline(device) to record every forward's times
-        self.midway = None  # the scheduler's early emission (chapter 6): called inside a forward's launch
         self.graphs = None
         if self.device.type != "cuda" or cfg.cuda_graph_max_bs <= 0:
             log.info("CUDA graphs off: %s", "no CUDA device" if self.device.type != "cuda" else "--cuda-graph-max-bs 0")
@@ -147,14 +146,10 @@ class Engine:
         if key is not None:  # (decode rows, prompt rows) padded to a captured graph's
             batch.padded_size, batch.padded_tokens = key
         last = self.prepare(batch)  # with padded_size set, the backend plans the graph's wrapper
-        if self.midway is not None:  # the scheduler's early emission: is the previous step's copy done?
-            self.midway()
         if key is not None:
             h = self.graphs.replay_prefill(batch) if batch.padded_tokens else self.graphs.replay(batch)
         else:
             h = self.model(batch.input_ids, batch.positions, self.backend, batch)
-        if self.midway is not None:
-            self.midway()
         if not batch.sample_rows:
             return torch.zeros(0, dtype=torch.int32, device=self.device)
         sampled = [batch.reqs[i] for i in batch.sample_rows]

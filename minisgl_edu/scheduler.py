@@ -67,9 +67,6 @@ class Scheduler:
         self.running: list[Req] = []  # decoding
         self.live: dict[int, Req] = {}  # every request not yet finished, by uid
         self.in_flight = None  # overlap: (batch, tokens on their way to the host, copy-done event)
-        # overlap: called with step N's TokenOutputs as soon as they reach the host, from inside step N+1's launch
-        # (the server sends them on at once); the ledger still moves after the launch, as without it
-        self.emit_early = None
         self.deferred_rows: list[int] = []  # overlap: rows of requests the in-flight step still writes
         self.stream = torch.cuda.Stream(engine.device) if cuda and self.overlap else None  # the scheduler stream
         # every step's StepStats offline; a server rank, which runs for days, keeps the latest `stats_kept`
@@ -174,31 +171,23 @@ class Scheduler:
 
     # ---- process results -----------------------------------------------------------------------
     def process(self, batch: Batch, tokens: list[int]) -> list[TokenOutput]:
-        """Append each sampled token to its request, finish those that end: the step's TokenOutputs."""
-        rows = self.outputs(batch, tokens)
-        for req, out in rows:
-            req.token_ids.append(out.token_id)
-            if out.finished:
-                self._finish(req, out.finish_reason)
-        return [out for _, out in rows]
-
-    def outputs(self, batch: Batch, tokens: list[int]) -> list[tuple[Req, TokenOutput]]:
-        """What `process` will report for these tokens, changing nothing (so early emission can send it first)."""
-        rows = []
+        out = []
         for i, (req, tok) in enumerate(zip((batch.reqs[i] for i in batch.sample_rows), tokens)):
             if req.finish_reason is not None:  # freed after step N while this step was in flight
                 continue
-            n = len(req.token_ids) + 1  # with this token
+            req.token_ids.append(tok)
             reason = None
             if (tok in self.eos and not req.sampling.ignore_eos) or tok in req.sampling.stop_token_ids:
                 reason = "stop"
-            elif n >= req.max_device_len:
+            elif len(req.token_ids) >= req.max_device_len:
                 reason = "length"
+            if reason:
+                self._finish(req, reason)
             k = req.sampling.logprobs
-            rows.append((req, TokenOutput(req.uid, tok, reason is not None, reason,
-                                          batch.logprobs.row(i, k) if k is not None else None, req.prompt_len,
-                                          req.clamped and n == req.prompt_len + 1)))
-        return rows
+            out.append(TokenOutput(req.uid, tok, reason is not None, reason,
+                                   batch.logprobs.row(i, k) if k is not None else None, req.prompt_len,
+                                   req.clamped and len(req.token_ids) == req.prompt_len + 1))
+        return out
 
     def _finish(self, req: Req, reason: str) -> None:
         """Hand the request's computed prefix to the cache, free the rest, unlock, release its row.
@@ -242,15 +231,9 @@ class Scheduler:
             return self.process(batch, self.launch(batch).tolist())
         with torch.cuda.stream(self.stream) if self.stream is not None else nullcontext():
             batch = self.schedule()
-            launched, early = None, None
+            launched = None
             if batch is not None:
-                if self.emit_early is not None and self.in_flight is not None:  # step N's tokens may leave mid-launch
-                    early = EarlyEmit(self.in_flight, self.outputs, self.emit_early)
-                    self.engine.midway = early.poll
-                try:
-                    tokens = self.launch(batch)  # step N+1 is queued on the engine stream
-                finally:
-                    self.engine.midway = None
+                tokens = self.launch(batch)  # step N+1 is queued on the engine stream
                 host, event = self.engine.to_host(tokens)  # its tokens start their way to the host
                 launched = (batch, host, event)
             prev, self.in_flight = self.in_flight, launched
@@ -261,8 +244,7 @@ class Scheduler:
             for row in self.deferred_rows:  # step N, the last to write these rows, is done
                 self.pool.release_row(row)
             self.deferred_rows.clear()
-            outs = self.process(batch_prev, host_prev.tolist())  # the ledger moves here either way, in this order
-            return outs[len(early.sent):] if early is not None and early.sent is not None else outs
+            return self.process(batch_prev, host_prev.tolist())
 
     def wait(self, event) -> None:
         """Until step N's tokens are on the host (`event`, None on the CPU), running `while_waiting` meanwhile: at
@@ -298,23 +280,6 @@ class Scheduler:
 # read 1.92-1.99 against the full budget's 2.17-2.25 (issue 18, benchmarks/RESULTS.md session 13)
 MIXED_STEP_FLOPS = 0.5e12
 MIXED_BACKLOG_TOKENS = 4096  # the default queue rule: more prompt tokens waiting than this get the full budget
-
-
-class EarlyEmit:
-    """Step N's tokens, handed out from inside step N+1's launch as soon as their copy is done (`Engine.midway` polls).
-    A mixed step's launch takes ~2 ms of host time against ~1.2 ms for a decode step (H200, SmolLM2), so a decode step
-    followed by a mixed one held its tokens that much longer. Only `outputs` runs here, which changes nothing: the
-    tokens join their requests and finished requests free their pages after the launch, in the usual order."""
-
-    def __init__(self, in_flight, outputs, emit):
-        self.batch, self.host, self.event = in_flight
-        self.outputs, self.emit, self.sent = outputs, emit, None
-
-    def poll(self) -> None:
-        if self.sent is not None or (self.event is not None and not self.event.query()):
-            return
-        self.sent = [out for _, out in self.outputs(self.batch, self.host.tolist())]
-        self.emit(self.sent)
 
 
 def mixed_tokens_for(engine) -> int | None:

@@ -343,7 +343,7 @@ class ScriptedIO:
         self.sent += msgs
 
 
-def run_rank_loop(path, early: bool, receive_early=None, cache: str = "radix", emit=None):
+def run_rank_loop(path, early: bool, receive_early=None, cache: str = "radix"):
     """Two requests, then -- once step 3 is launched -- [a new request C, an abort of the first, a new request D],
     then an ExitMsg once idle, through scheduler_proc.scheduler_loop (one rank, overlap loop, CPU). Checks on every
     row release that no step in flight still writes that row. Returns (tokens by uid, where each uid was handled)."""
@@ -363,8 +363,6 @@ def run_rank_loop(path, early: bool, receive_early=None, cache: str = "radix", e
     st = sp.Rank(sched, io, cfg, "scheduler-rank0", columns=True)
     if early:
         sched.while_waiting = lambda: (receive_early or sp.receive_early)(st)
-    if emit is not None:  # early emission: emit(st, outs) sends step N's tokens from inside step N+1's launch
-        sched.emit_early = lambda outs: emit(st, outs)
     rows_at_launch, where = {}, {}
     launch, release, add, abort = sched.launch, sched.pool.release_row, sched.add_request, sched.abort
 
@@ -414,42 +412,6 @@ def test_early_receive_admits_new_requests_and_leaves_aborts_for_the_top(path):
     offline = tiny_llm(path).generate([prompts[u] for u in (1, 2, 3)], SamplingParams(max_tokens=8, ignore_eos=True))
     assert [tokens[u] for u in (1, 2, 3)] == [o["token_ids"] for o in offline]
     assert 0 < len(tokens[0]) < 40  # aborted mid-way
-
-
-def test_early_emission_sends_the_same_tokens_sooner(path):
-    """Scheduler.emit_early: step N's tokens leave from inside step N+1's launch (on the CPU the copy is always done, so
-    at every such launch). The detokenizer gets the same tokens per request, in order, as without it, each exactly
-    once; the loop's rules (aborts at the top, rows released after the step in flight) and the pool hold."""
-    from minisgl_edu.server import scheduler_proc as sp
-    early_sends = []
-
-    def emit(st, outs):
-        early_sends.append(len(outs))
-        sp.send_tokens(st, outs)
-    tokens, where, _ = run_rank_loop(path, early=True, emit=emit)
-    plain, where_plain, _ = run_rank_loop(path, early=True)
-    assert tokens == plain and where == where_plain
-    assert len(early_sends) > 5 and sum(early_sends) > 0.8 * sum(len(t) for t in tokens.values())
-
-
-def test_early_emission_check_catches_a_ledger_moved_mid_launch(path):
-    """The wrong early emission, kept: `process` (tokens appended, finished requests freed) run inside step N+1's launch
-    in place of `outputs`. The ledger then moves twice and before the launch's own bookkeeping, and the test sees it."""
-    from minisgl_edu import scheduler as scheduler_mod
-    from minisgl_edu.server import scheduler_proc as sp
-    real = scheduler_mod.EarlyEmit.__init__
-
-    def mutant(self, in_flight, outputs, emit):
-        sched = outputs.__self__
-        real(self, in_flight, lambda b, t: [(None, o) for o in sched.process(b, t)], emit)
-    scheduler_mod.EarlyEmit.__init__ = mutant
-    try:
-        with pytest.raises((AssertionError, ValueError)):
-            tokens, _, _ = run_rank_loop(path, early=True, emit=sp.send_tokens)
-            plain, _, _ = run_rank_loop(path, early=True)
-            assert tokens == plain
-    finally:
-        scheduler_mod.EarlyEmit.__init__ = real
 
 
 @pytest.mark.parametrize("cache,caught", [("radix", None), ("naive", "released while a step writes it")])

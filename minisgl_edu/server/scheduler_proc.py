@@ -159,8 +159,6 @@ def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid:
         st = Rank(sched, io, cfg, name, columns=columns)
         if isinstance(cfg, ServerConfig) and cfg.early_receive and cfg.tp == 1:  # ranks > 1: mail only at the top
             sched.while_waiting = lambda: receive_early(st)
-        if isinstance(cfg, ServerConfig) and cfg.early_emit and cfg.tp == 1:  # one rank: it alone sends the tokens
-            sched.emit_early = lambda outs: send_tokens(st, outs)
         scheduler_loop(st)
     except BaseException as e:
         log.exception("%s failed", name)  # the server's log (the launcher has stopped reading acks)
@@ -257,12 +255,6 @@ def step(st: Rank) -> list:
     if st.sched.idle:
         st.sched.check_integrity()  # every page is free or cached once nothing runs
     return replies
-
-
-def send_tokens(st: Rank, outs: list) -> None:
-    """Scheduler.emit_early (ServerConfig.early_emit): step N's tokens go to the detokenizer from inside step N+1's
-    launch, the moment their copy is done; the loop's own send then carries the rest of the iteration's replies."""
-    st.io.send(token_replies(outs, st.columns))
 
 
 def token_replies(outs: list, columns: bool) -> list:
