@@ -12,7 +12,8 @@ Two kinds of figure, neither drawn by hand:
 * from the committed H200 measurements: chapter 7's P1 breakdown, drawn from `benchmarks/results.json`'s rows of
   one `bench_gpu.py p1b nobal` run (each decode step against its own floor, by batch size); chapter 9's inter-token
   gaps of one served trace, by the kind of step around them (`benchmarks/issue18/h200-s11/tail_qwen3-0.6b.json`), and
-  what a mixed step costs by prompt length beside the served tail with two mixed budgets (`benchmarks/issue18/h200-s13/`).
+  what a mixed step costs by prompt length beside the served tail with two mixed budgets (`benchmarks/issue18/h200-s13/`),
+  and the bench client's own share of a measured tail (`benchmarks/issue18/h200-s14/`).
 """
 from __future__ import annotations
 
@@ -261,6 +262,50 @@ def draw_mixed_budget(path: Path, src: Path = S13) -> None:
     plt.close(fig)
 
 
+S14 = ROOT / "benchmarks" / "issue18" / "h200-s14"  # session 14: client_jitter.py and ab_serve.py --one-server
+
+
+def draw_client_share(path: Path, src: Path = S14) -> None:
+    """Chapter 9: left, the bench client's ITL p99 above an exact 1.4 ms cadence on 40 streams, by client (one event
+    loop, asyncio or uvloop; the load shared by 2 or 4 processes); right, one server under the same paired loads read by
+    one client process and by four, ITL p99 over the median decode step, pair by pair (SmolLM2 at 42 req/s)."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.4))
+    runs = json.loads((src / "client_jitter.json").read_text())["runs"]
+    kinds = [("asyncio", 1, "one loop (asyncio)"), ("uvloop", 1, "one loop (uvloop)"), ("asyncio", 2, "2 processes"),
+             ("asyncio", 4, "4 processes")]
+    for x, (loop, procs, _) in enumerate(kinds):
+        ys = [r["itl_ms"]["p99"] - 1.4 for r in runs if r["loop"] == loop and r["procs"] == procs]
+        ax.plot([x] * len(ys), ys, "o", color="#4c72b0", ms=5, alpha=0.8)
+    ax.set_xticks(range(len(kinds)), [k[2] for k in kinds], fontsize=8)
+    ax.set_xlim(-0.5, len(kinds) - 0.5)
+    ax.set_ylim(0, 0.6)
+    ax.set_ylabel("client's ITL p99 - the true 1.4 ms (ms)")
+    ax.set_title("the client's own error: a stand-in with an exact cadence (H200 host)", fontsize=9)
+    labelled = set()
+    for name, style in (("ab_client_smollm2-135m.json", "-"), ("ab_client2_smollm2-135m.json", "--")):
+        pairs: dict[int, dict[str, float]] = {}
+        for r in json.loads((src / name).read_text())["runs"]:
+            pairs.setdefault(r["seed"], {})[r["variant"]] = r["ratio"]
+        for p in pairs.values():
+            lower = p["B"] < p["A"]
+            label = "lower with four" if lower else "higher with four"
+            bx.plot([0, 1], [p["A"], p["B"]], style, marker="o", color="#55a868" if lower else "#c44e52", ms=4, lw=1.2,
+                    label=None if label in labelled else label)
+            labelled.add(label)
+    bx.axhline(2, color="black", lw=1, ls="--")
+    bx.text(1.02, 2.0, "target", fontsize=7.5, va="center")
+    bx.set_xticks([0, 1], ["one client process", "four client processes"], fontsize=8)
+    bx.set_xlim(-0.3, 1.3)
+    bx.set_ylabel("ITL p99 / median decode step")
+    bx.set_title("SmolLM2 at 42 req/s, one line per paired load\n(solid: call 1, dashed: call 3)", fontsize=8.5)
+    bx.legend(fontsize=7.5, frameon=False, loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     if "--check" in argv:
@@ -276,6 +321,7 @@ def main(argv: list[str]) -> int:
     draw_p1_breakdown(OUT / "07-p1-breakdown.png")
     draw_itl_tail(OUT / "09-itl-tail.png")
     draw_mixed_budget(OUT / "09-mixed-budget.png")
+    draw_client_share(OUT / "09-client-share.png")
     print("wrote", ", ".join(sorted(p.name for p in OUT.glob("*.png"))))
     return 0
 
