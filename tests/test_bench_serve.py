@@ -327,6 +327,14 @@ def test_client_shards_keep_order_failures_and_the_arrival_schedule(stub_url):
         parse_args(["serve", "--client-procs", "0"])
 
 
+def test_client_shards_report_a_server_they_cannot_reach():
+    """A client process that fails before the start (nothing listens at the URL) is reported at once, not waited for."""
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match="before the start"):
+        run_load_sharded(f"http://127.0.0.1:{free_port()}", [BenchRequest([1, 2], 2, 2)] * 4, 2, progress=False)
+    assert time.monotonic() - t0 < 60
+
+
 def test_sse_parsing():
     assert parse_sse_line("data: [DONE]") == "[DONE]"
     assert parse_sse_line('data: {"a": 1}') == {"a": 1}
