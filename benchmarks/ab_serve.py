@@ -50,6 +50,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.b is None and not args.one_server:
         ap.error("--b is required (the second server's flags), unless --one-server")
+    if args.one_server and args.b is not None:
+        ap.error("--b names a second server, and --one-server runs one (A's flags): vary --bench-a / --bench-b instead")
     flags = {"A": args.a, "B": args.a if args.one_server else args.b}
     bench = {"A": args.bench_a, "B": args.bench_b}
     servers = {}

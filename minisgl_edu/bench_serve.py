@@ -358,11 +358,24 @@ async def run_load(base_url: str, reqs: list[BenchRequest], request_rate: float 
     return list(results), duration
 
 
+def shard(items: list, i: int, n: int) -> list:
+    """Client process i's share of n: items i, i + n, i + 2n, ... (each process sees arrivals all through the run)."""
+    return items[i::n]
+
+
+def unshard(parts: list[list]) -> list:
+    """The processes' shares back in request order: the inverse of `shard` over i = 0 .. len(parts) - 1."""
+    out = [None] * sum(map(len, parts))
+    for i, part in enumerate(parts):
+        out[i::len(parts)] = part
+    return out
+
+
 def _load_shard(conn, base_url: str, reqs: list[BenchRequest], arrivals: list[float], kwargs: dict) -> None:
     """One client process of `run_load_sharded`: ready -> the shared start -> ticks -> its results and CPU seconds."""
     try:
         def start_at() -> float:
-            conn.send(("ready", os.getpid()))
+            conn.send(("ready",))
             return conn.recv()
         results, _ = asyncio.run(run_load(base_url, reqs, progress=False, arrivals=arrivals, start_at=start_at,
                                           on_done=lambda: conn.send(("tick",)), **kwargs))
@@ -391,17 +404,17 @@ def run_load_sharded(base_url: str, reqs: list[BenchRequest], client_procs: int,
     arrivals = arrival_times(len(reqs), request_rate, seed)
     ctx, procs, conns = mp.get_context("spawn"), [], []
     for i in range(client_procs):
-        idx = range(i, len(reqs), client_procs)
         conc = None if max_concurrency is None else max_concurrency // client_procs + (i < max_concurrency % client_procs)
         kwargs = dict(max_concurrency=conc, model=model, api_key=api_key, timeout=timeout, http_client=http_client,
                       scrape_interval=scrape_interval if i == 0 else None)  # one scraper is a Prometheus server
         ours, theirs = ctx.Pipe()
         procs.append(ctx.Process(target=_load_shard, daemon=True,
-                                 args=(theirs, base_url, [reqs[j] for j in idx], [arrivals[j] for j in idx], kwargs)))
+                                 args=(theirs, base_url, shard(reqs, i, client_procs), shard(arrivals, i, client_procs),
+                                       kwargs)))
         procs[-1].start()
         theirs.close()
         conns.append(ours)
-    results: list[RequestResult | None] = [None] * len(reqs)
+    parts: list[list[RequestResult]] = [[] for _ in conns]
     ends, cpu = [], 0.0
     bar = tqdm(total=len(reqs), desc="requests", unit="req", disable=not progress)
     try:
@@ -422,9 +435,7 @@ def run_load_sharded(base_url: str, reqs: list[BenchRequest], client_procs: int,
                 if msg[0] == "tick":
                     bar.update(1)
                 elif msg[0] == "done":
-                    i = live.pop(c)
-                    for j, r in zip(range(i, len(reqs), client_procs), msg[1]):
-                        results[j] = r
+                    parts[live.pop(c)] = msg[1]
                     ends.append(msg[2])
                     cpu += msg[3]
                 else:
@@ -435,7 +446,7 @@ def run_load_sharded(base_url: str, reqs: list[BenchRequest], client_procs: int,
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
-    return results, max(ends) - t0, cpu
+    return unshard(parts), max(ends) - t0, cpu
 
 
 async def scrape(client, interval: float) -> None:

@@ -25,8 +25,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from minisgl_edu import bench
 from minisgl_edu.bench_serve import (BenchRequest, arrival_times, parse_args, parse_sse_line, random_requests,
-                                     run_load, run_load_sharded, shared_prefix_requests, sharegpt_like_requests,
-                                     stats_ms, summarize)
+                                     run_load, run_load_sharded, shard, shared_prefix_requests, sharegpt_like_requests,
+                                     stats_ms, summarize, unshard)
 from minisgl_edu.messages import UserReply
 from minisgl_edu.server.api import merge_replies
 from minisgl_edu.server.tokenizer import (DecodeState, batch_decoder, detokenize_batch, detokenize_next,
@@ -325,6 +325,23 @@ def test_client_shards_keep_order_failures_and_the_arrival_schedule(stub_url):
         run_load_sharded(stub_url, reqs, 3, max_concurrency=2, progress=False)
     with pytest.raises(SystemExit):
         parse_args(["serve", "--client-procs", "0"])
+
+
+def unshard_in_blocks(parts):
+    """The wrong inverse, kept: the shares concatenated, as if each process had taken a contiguous block."""
+    return [x for part in parts for x in part]
+
+
+@pytest.mark.parametrize("inverse", [unshard, unshard_in_blocks])
+def test_unshard_puts_every_result_back_in_its_place(inverse):
+    """Splitting a load among n processes and joining their results gives back the request order, for any n (more
+    processes than requests too); the block-wise join is caught."""
+    ok = True
+    for n_items in (0, 1, 5, 10, 13):
+        items = list(range(n_items))
+        for n in (1, 2, 3, 4, 7, 16):
+            ok &= inverse([shard(items, i, n) for i in range(n)]) == items
+    assert ok == (inverse is unshard)
 
 
 def test_client_shards_report_a_server_they_cannot_reach():
