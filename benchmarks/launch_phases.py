@@ -40,6 +40,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=str(Path(__file__).resolve().parents[1] / "benchmarks/configs/smollm2-135m"))
     ap.add_argument("--ops", action="store_true", help="then count and time the host's tensor operations per step")
+    ap.add_argument("--busy-ms", type=float, default=0.0,
+                    help="then time the phases again with the GPU busy: this many ms of sleep kernel queued on the "
+                         "engine stream before each step, the step launched from the overlap loop's stream (a launch "
+                         "that waits for the GPU anywhere takes at least this long)")
     args = ap.parse_args()
     llm = LLM(args.model, dummy_weights=True)
     eng = llm.engine
@@ -56,13 +60,16 @@ def main() -> None:
             print(f"  {name:24s} replay, GPU idle: {host_us(g.replay):8.1f}   GPU busy: {host_us(g.replay, busy=busy):8.1f}"
                   f"   then the LM head: {host_us(logits, busy=g.replay):8.1f}")
     in_engine(llm)
+    if args.busy_ms > 0:
+        in_engine(llm, busy_ms=args.busy_ms)
     if args.ops:
         host_ops(llm)
 
 
-def in_engine(llm, steps: int = 20) -> None:
+def in_engine(llm, steps: int = 20, busy_ms: float = 0.0) -> None:
     """Where a step's host time goes, inside real scheduler steps (64 decoding requests; in the mixed run a
-    561-token prompt joins every step): each phase timed around its call, summed per step, medians in us."""
+    561-token prompt joins every step): each phase timed around its call, summed per step, medians in us.
+    busy_ms > 0: each step is launched as the overlap loop launches it, behind that much queued GPU work."""
     import itertools
 
     import flashinfer
@@ -72,7 +79,7 @@ def in_engine(llm, steps: int = 20) -> None:
     import minisgl_edu.engine as engine_mod
     from minisgl_edu.bench import fresh_scheduler
     eng, step_times, undo = llm.engine, {}, []
-    sched = fresh_scheduler(llm, overlap=False)
+    sched = fresh_scheduler(llm, overlap=busy_ms > 0)
 
     def wrap(owner, attr, name):
         real = getattr(owner, attr)
@@ -102,31 +109,46 @@ def in_engine(llm, steps: int = 20) -> None:
     try:
         for twin in (False, True):
             md.gather_slots = (lambda *a: None) if twin else gather  # the twin: kernel_args' PyTorch gather
-            print(f"  kernel_args' slots: {'the PyTorch gather (twin)' if twin else 'our kernel (kv_indices.cu)'}")
-            run_phases(sched, steps, step_times, uids, ids)
+            print(f"  kernel_args' slots: {'the PyTorch gather (twin)' if twin else 'our kernel (kv_indices.cu)'}"
+                  + (f", the GPU busy for {busy_ms} ms before each step" if busy_ms else ""))
+            run_phases(sched, steps, step_times, uids, ids, busy_ms)
     finally:
         md.gather_slots = gather
         for owner, attr, real in reversed(undo):
             setattr(owner, attr, real)
 
 
-def run_phases(sched, steps, step_times, uids, ids) -> None:
+def run_phases(sched, steps, step_times, uids, ids, busy_ms: float = 0.0) -> None:
     """64 requests decoding: `steps` decode steps, then `steps` mixed ones; the medians of each phase."""
+    from contextlib import nullcontext
+
     from minisgl_edu import SamplingParams
+    eng = sched.engine
     for _ in range(64):
         sched.add_request(next(uids), ids(600), SamplingParams(max_tokens=4 * steps, ignore_eos=True))
     while sched.pending:
         sched.step()
+    if sched.in_flight is not None:  # the overlap loop's last step: processed before the steps timed one by one
+        (batch, host, _), sched.in_flight = sched.in_flight, None
+        torch.cuda.synchronize()
+        for row in sched.deferred_rows:
+            sched.pool.release_row(row)
+        sched.deferred_rows.clear()
+        sched.process(batch, host.tolist())
     for phase in ("decode", "mixed"):
         per = {}
         for _ in range(steps):
             if phase == "mixed":
                 sched.add_request(next(uids), ids(561), SamplingParams(max_tokens=1, ignore_eos=True))
             torch.cuda.synchronize()
+            if busy_ms:  # the previous step still running on the GPU, as in the overlap loop (~2 GHz clock)
+                with torch.cuda.stream(eng.stream):
+                    torch.cuda._sleep(int(busy_ms * 2e6))
             step_times.clear()
             t0 = time.perf_counter()
-            batch = sched.schedule()
-            tokens = sched.launch(batch)
+            with torch.cuda.stream(sched.stream) if busy_ms else nullcontext():
+                batch = sched.schedule()
+                tokens = sched.launch(batch)
             t1 = time.perf_counter()
             torch.cuda.synchronize()
             step_times["step, synchronized"] = 1e6 * (time.perf_counter() - t0)
