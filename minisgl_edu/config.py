@@ -52,6 +52,7 @@ class SchedulerConfig(EngineConfig):
     max_prefill_tokens: int | None = None  # the token budget of one prefill step (chapter 3); None: 16384 on CUDA, 8192 on CPU
     cache: str = "radix"  # "radix" | "naive" (chapter 5)
     overlap: bool | None = None  # None: on for CUDA, off on the CPU (chapter 6)
+    early_admit: bool = True  # overlap loop: the next step's admission runs while step N's tokens travel; False: in schedule only
     mixed_chunk: bool | None = None  # decode rows ride in every prefill step (chapter 6); None: on for CUDA, off on the CPU
     mixed_prefill_tokens: int | None = None  # the token budget of a prefill step decode rows ride in; None: on CUDA by the model's size (scheduler.mixed_tokens_for), else max_prefill_tokens
     mixed_backlog_tokens: int | None = None  # ... while at most this many prompt tokens wait (more: the full budget); None: 4096

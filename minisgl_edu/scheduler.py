@@ -64,6 +64,10 @@ class Scheduler:
         self.eos = set(eos_token_ids)
         engine.eos_token_ids = tuple(self.eos)  # min_tokens masks them in the sampler
         self.pending: deque[Req] = deque()  # waiting for admission; a chunked request sits in front
+        # overlap + early_admit: the next step's admission, made while step N's tokens travelled (`wait`); its
+        # requests hold rows and locked prefixes but are in neither `pending` nor `running` until `schedule`
+        self.early_admit = self.overlap and cfg.early_admit
+        self.admitted: PrefillAdder | None = None
         self.running: list[Req] = []  # decoding
         self.live: dict[int, Req] = {}  # every request not yet finished, by uid
         self.in_flight = None  # overlap: (batch, tokens on their way to the host, copy-done event)
@@ -111,25 +115,41 @@ class Scheduler:
             return []
         if req in self.pending:
             self.pending.remove(req)
+        elif self.admitted is not None and req in self.admitted.added:  # admitted early: it leaves the next step
+            self.admitted.added.remove(req)
+            self.admitted = self.admitted if self.admitted.added else None
         self._finish(req, "abort")
         return [TokenOutput(uid, -1, True, "abort", prompt_len=req.prompt_len)]
 
     @property
     def idle(self) -> bool:
-        return not self.pending and not self.running and self.in_flight is None
+        return not self.pending and not self.running and self.in_flight is None and self.admitted is None
 
     # ---- schedule ------------------------------------------------------------------------------
-    def schedule(self) -> Batch | None:
-        # only admission needs the reserved size: skip the sum over every running request otherwise
-        reserved = reserved_pages(self.running, self.page_size) if self.pending else 0
-        mixed = self.mixed_chunk and self.running
-        adder = PrefillAdder(self.token_budget() if mixed else self.max_prefill_tokens, reserved, self.pool, self.cache)
+    def admit(self) -> PrefillAdder:
+        """Admission (chapter 3): the waiting requests that fit the next step, in order, taken out of `pending`.
+        Continues an early admission (`self.admitted`) if there is one, its reserved size counted afresh: the
+        running requests that finished since then no longer reserve anything."""
+        adder = self.admitted
+        if adder is None:
+            # only admission needs the reserved size: skip the sum over every running request otherwise
+            reserved = reserved_pages(self.running, self.page_size) if self.pending else 0
+            budget = self.token_budget() if self.mixed_chunk and self.running else self.max_prefill_tokens
+            adder = PrefillAdder(budget, reserved, self.pool, self.cache)
+        elif self.pending:
+            adder.reserved_pages = reserved_pages(self.running + adder.added, self.page_size)
+        first = len(adder.added)
         for req in self.pending:
             if not adder.try_add(req):
                 break
+        for req in adder.added[first:]:
+            self.pending.remove(req)
+        return adder
+
+    def schedule(self) -> Batch | None:
+        adder, self.admitted = self.admit(), None
+        mixed = self.mixed_chunk and self.running
         if adder.added:
-            for req in adder.added:
-                self.pending.remove(req)
             if adder.added[-1].is_chunked:  # it comes back first next step
                 self.pending.appendleft(adder.added[-1])
             if mixed:  # their next tokens ride along (their pages are reserved already)
@@ -248,9 +268,17 @@ class Scheduler:
 
     def wait(self, event) -> None:
         """Until step N's tokens are on the host (`event`, None on the CPU), running `while_waiting` meanwhile: at
-        least once, then as long as the copy is not done. Step N+1 is already queued, so the GPU never waits on it."""
+        least once, then as long as the copy is not done. Step N+1 is already queued, so the GPU never waits on it.
+        With early_admit the next step's admission runs here too, once the mail is read: the host would only wait,
+        and a mixed step's launch, which step N's tokens wait behind, is shorter by it. Always, not only while the
+        copy is on its way, so every rank of a TP group admits at the same point (chapter 8)."""
         if self.while_waiting is not None:
             self.while_waiting()
+        if self.early_admit and self.pending:
+            with self.tracer.span("admit early") if self.tracer is not None else nullcontext():
+                adder = self.admit()
+            self.admitted = adder if adder.added else None  # nothing fitted: schedule tries afresh
+        if self.while_waiting is not None:
             while event is not None and not event.query():
                 self.while_waiting()
         if event is not None:

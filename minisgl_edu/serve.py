@@ -71,6 +71,8 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                     help="uvicorn's HTTP parser (default: httptools when installed; h11: the pure-Python twin)")
     ap.add_argument("--no-early-receive", dest="early_receive", action="store_false",
                     help="read requests only at the top of the scheduler loop, not while a step's tokens travel")
+    ap.add_argument("--no-early-admit", dest="early_admit", action="store_false",
+                    help="admit requests only when the next step is scheduled, not while a step's tokens travel")
     ap.add_argument("--naive-stream", action="store_true",
                     help="the per-token twins of the streaming path (one decode and one SSE event per token)")
     kw = vars(ap.parse_args(argv))

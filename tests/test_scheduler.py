@@ -4,6 +4,7 @@ admits new requests without moving an abort out of its place."""
 from __future__ import annotations
 
 import random
+from contextlib import nullcontext
 
 import pytest
 
@@ -90,6 +91,104 @@ def test_mixed_chunk_equals_prefill_first(path, ps, budget, overlap):
         assert_clean(llm)
     assert outs[True] == outs[False]
     assert gaps[True] == 0 < gaps[False]
+
+
+def note_early_admissions(sched) -> list[int]:
+    """Wrap `sched.wait`: the uids each early admission (inside `wait`) took in, in order."""
+    taken, wait = [], sched.wait
+
+    def noted(event):
+        before = {r.uid for r in sched.admitted.added} if sched.admitted else set()
+        wait(event)
+        taken.extend(r.uid for r in (sched.admitted.added if sched.admitted else []) if r.uid not in before)
+    sched.wait = noted
+    return taken
+
+
+@pytest.mark.parametrize("ps,budget,mixed", [(1, 16, True), (4, 16, True), (1, 24, False)])
+def test_early_admission_runs_the_same_steps(path, ps, budget, mixed):
+    """The overlap loop admitting the next step's requests while step N's tokens travel (early_admit: here the
+    chunked prompts' next chunks) runs the same steps, with the same tokens, as admission in `schedule`, and
+    frees everything, an abort included."""
+    prompts, outs, steps = mixed_prompts(), {}, {}
+    for early in (False, True):
+        llm = tiny_llm(path, page_size=ps, max_prefill_tokens=budget, overlap=True, mixed_chunk=mixed, early_admit=early)
+        taken = note_early_admissions(llm.scheduler)
+        outs[early], _ = staggered(llm.scheduler, prompts, abort={3})
+        steps[early] = [(st.phase, st.batch_size, st.tokens) for st in llm.scheduler.stats]
+        assert bool(taken) == early
+        assert_clean(llm)
+    assert outs[True] == outs[False] and steps[True] == steps[False]
+
+
+def wrong_abort(self, uid):
+    """A mutant: the abort a reader might keep, which looks for the request in `pending` only."""
+    from minisgl_edu.scheduler import TokenOutput
+    req = self.live.get(uid)
+    if req is None:
+        return []
+    if req in self.pending:
+        self.pending.remove(req)
+    self._finish(req, "abort")
+    return [TokenOutput(uid, -1, True, "abort", prompt_len=req.prompt_len)]
+
+
+@pytest.mark.parametrize("wrong", [None, "abort looks in pending only"])
+def test_abort_of_an_early_admitted_request(path, monkeypatch, wrong):
+    """A request admitted early holds a row and a locked prefix without being in `pending` or `running`: aborted
+    there, it never reaches a step and gives everything back, and the others' tokens are untouched. The check is
+    shown failing on an abort that looks in `pending` only."""
+    from minisgl_edu.scheduler import Scheduler
+    if wrong:
+        monkeypatch.setattr(Scheduler, "abort", wrong_abort)
+    prompts = mixed_prompts(4)
+    ref = run(tiny_llm(path).scheduler, prompts)
+    llm = tiny_llm(path, max_prefill_tokens=16, overlap=True, early_admit=True)
+    s, victim = llm.scheduler, None
+    launch = s.launch
+
+    def checked_launch(batch):
+        assert not [r.uid for r in batch.reqs if r.finish_reason == "abort"], "an aborted request launched"
+        return launch(batch)
+    s.launch = checked_launch
+    reqs = [s.add_request(i, p, SP) for i, p in enumerate(prompts)]
+    with pytest.raises(AssertionError, match="aborted request launched") if wrong else nullcontext():
+        while not s.idle:
+            s.step()
+            if victim is None and s.admitted is not None:  # admitted while the last step's tokens travelled
+                victim = s.admitted.added[-1]
+                assert s.abort(victim.uid)[0].finish_reason == "abort"
+            s.check_integrity()
+        assert victim is not None and victim.table_idx == -1
+        for r, want in zip(reqs, ref):
+            assert r.finish_reason == "abort" if r is victim else r.output_ids == want
+        assert_clean(llm)
+
+
+@pytest.mark.parametrize("wrong", [None, "idle ignores the early admission"])
+def test_a_request_admitted_after_the_last_step_is_not_forgotten(path, monkeypatch, wrong):
+    """A request that arrives while the last running request's final step travels is admitted in `wait`, after
+    which nothing runs, waits or is in flight: the loop is not idle until it has run (with `idle` blind to the
+    early admission, the loop stops and the request is never served)."""
+    from minisgl_edu.scheduler import Scheduler
+    if wrong:
+        monkeypatch.setattr(Scheduler, "idle", property(lambda s: not s.pending and not s.running and s.in_flight is None))
+    llm = tiny_llm(path, overlap=True, early_admit=True)
+    s = llm.scheduler
+    first = s.add_request(0, mixed_prompts()[0], SamplingParams(max_tokens=2, ignore_eos=True))
+    late = []
+
+    def arrive():  # the mail read while waiting (the server's receive_early): once nothing runs any more
+        if not late and not s.running and s.in_flight is None:
+            late.append(s.add_request(1, mixed_prompts()[1], SP))
+    s.while_waiting = arrive
+    taken = note_early_admissions(s)
+    while not s.idle:
+        s.step()
+    assert late and first.finish_reason == "length" and taken == [1]
+    with pytest.raises(AssertionError) if wrong else nullcontext():
+        assert late[0].output_ids == run(tiny_llm(path).scheduler, [mixed_prompts()[1]])[0]
+        assert_clean(llm)
 
 
 def test_mixed_prefill_tokens_caps_the_steps_decode_rows_ride_in(path):

@@ -131,10 +131,10 @@ def test_flags_are_config_fields_with_one_default(model_path):
     cfg, _ = parse_args(["--model", model_path, "--device", "cpu", "--attention", "reference", "--no-fused-kernels",
                          "--no-overlap", "--context-length", "100", "--page-size", "4", "--hop-log", "h.jsonl",
                          "--moe-impl", "grouped", "--no-qk-kernel", "--no-gemv-kernel", "--no-warm-start",
-                         "--no-early-receive", "--http-parser", "h11"])
+                         "--no-early-receive", "--no-early-admit", "--http-parser", "h11"])
     changed = {f.name for f in fields(cfg) if getattr(cfg, f.name) != getattr(plain, f.name)}
     assert changed == {"attention", "fused_kernels", "overlap", "max_seq_len", "page_size", "hop_log", "moe_impl", "qk_kernel",
-                       "gemv_kernel", "warm_start", "early_receive", "http_parser"}
+                       "gemv_kernel", "warm_start", "early_receive", "early_admit", "http_parser"}
     assert (cfg.attention, cfg.fused_kernels, cfg.overlap, cfg.max_seq_len) == ("reference", False, False, 100)
     with pytest.raises(ValueError, match="http_parser"):
         ServerConfig(model_path=model_path, device="cpu", http_parser="uvloop")
