@@ -17,6 +17,9 @@ from typing import NamedTuple
 import torch
 
 CPU_TID, DEVICE_TID = 1, 2
+# MINISGL_TRACE_DETAIL=1: the launch's own phases get spans too (assign_locations, prepare and its plans, the graph's
+# replay, the LM head), nested in its span: where a served step's host time goes (issue 18). A few us each
+DETAIL = os.environ.get("MINISGL_TRACE_DETAIL", "") == "1"
 
 
 @dataclass
@@ -105,6 +108,18 @@ class Tracer:
         sched.schedule = partial(self._schedule, sched, sched.schedule)
         sched.launch = partial(self._launch, sched, sched.launch)
         sched.process = partial(self._process, sched.process)
+        if DETAIL:
+            eng = sched.engine
+            parts = [(sched.pool, "assign_locations"), (eng, "prepare"), (eng.backend, "prepare"), (eng.model, "logits")]
+            parts += [(eng.backend, m) for m in ("plan", "_plan_decode") if hasattr(eng.backend, m)]
+            parts += [(eng.graphs, m) for m in ("replay", "replay_prefill")] if eng.graphs is not None else []
+            for owner, method in parts:
+                name = f"{'backend.' if owner is eng.backend else ''}{method.lstrip('_')}"
+                setattr(owner, method, partial(self._detail, name, getattr(owner, method)))
+
+    def _detail(self, name, fn, *a, **kw):
+        with self.span(name):
+            return fn(*a, **kw)
 
     def _schedule(self, sched, schedule):
         with self.span("schedule") as args:

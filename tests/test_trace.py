@@ -118,3 +118,30 @@ def test_one_timeline_for_the_tracer_and_the_benchmarks(tmp_path):
     with open(llm.tracer.save()) as f:
         fwd = sorted((e for e in json.load(f)["traceEvents"] if e["name"] == "forward"), key=lambda e: e["args"]["step"])
     assert [e["dur"] for e in fwd] == pytest.approx([(t.cpu_end - t.cpu_start) * 1e6 for t in steps], abs=0.01)
+
+
+def test_detail_spans_nest_in_their_launch(tmp_path, monkeypatch):
+    """MINISGL_TRACE_DETAIL's spans (a launch's own phases) lie inside the launch span of their step, and
+    benchmarks/trace_phases.py sums them per launch; an early admission (overlap loop) has its own span."""
+    import sys
+
+    import minisgl_edu.trace as trace_mod
+    monkeypatch.setattr(trace_mod, "DETAIL", True)
+    path = str(tmp_path / "detail.json")
+    llm = tiny_llm(tiny_model_dir(str(tmp_path)), trace=path, overlap=True, max_prefill_tokens=8)
+    llm.generate(PROMPTS, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
+    with open(path) as f:
+        obj = json.load(f)
+    validate_trace(obj)
+    cpu = [e for e in obj["traceEvents"] if e["ph"] == "X" and e["tid"] == CPU_TID]
+    launches = [e for e in cpu if e["name"] == "launch"]
+    detail = [e for e in cpu if e["name"] in ("assign_locations", "prepare", "backend.prepare", "backend.plan", "logits")]
+    assert {e["name"] for e in detail} >= {"assign_locations", "prepare", "logits"}
+    for e in detail:  # each inside exactly one launch
+        assert sum(l["ts"] - 1e-3 <= e["ts"] and e["ts"] + e["dur"] <= l["ts"] + l["dur"] + 1e-3 for l in launches) == 1, e
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+    from trace_phases import phases
+    rows = phases(obj["traceEvents"])
+    assert sum(len(r["launch"]) for p, r in rows.items() if p != "(wait)") == len(launches)
+    assert rows["(wait)"]["admit early"]  # the chunked prompt's next chunk, admitted while a step's tokens travelled
+    assert all(0 <= x for r in rows.values() for v in r.values() for x in v)
