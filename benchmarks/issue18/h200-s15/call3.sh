@@ -2,7 +2,7 @@
 # Session 15, call 3: early admission on one machine, traced. `serve --trace` of SmolLM2 at 42 req/s (128 requests,
 # seed 11, read by 4 client processes), the default and --no-early-admit alternated ABAB; tail.py on each; every
 # garbage collection over 0.5 ms in the server's processes logged (MINISGL_GC_LOG_MS); the launch's own phases traced
-# (MINISGL_TRACE_DETAIL, new) and summed by benchmarks/trace_phases.py (new).
+# (MINISGL_TRACE_DETAIL, new) and summed by benchmarks/trace_phases.py (new). Then scripts/gpu_serve.sh at the target rate.
 set -uo pipefail
 export MINISGL_CUBIN_DIR=$PWD/.gpu/kernels
 source scripts/gpu_env.sh
@@ -22,4 +22,6 @@ for variant in A B A B; do
   mv $OUT/trace_bench_smollm2-135m.json $OUT/trace_bench_${i}${variant}.json
   rm -f $OUT/trace_smollm2-135m.json $OUT/trace_server_smollm2-135m.log
 done
+unset MINISGL_GC_LOG_MS MINISGL_TRACE_DETAIL
+GPU_SERVE_RATES=0.5x GPU_SERVE_LIMIT=140 bash scripts/gpu_serve.sh  # the targets' protocol, this commit
 echo "call3: exit status $status" | tee -a "$LOG"
