@@ -52,7 +52,7 @@ class SchedulerConfig(EngineConfig):
     max_prefill_tokens: int | None = None  # the token budget of one prefill step (chapter 3); None: 16384 on CUDA, 8192 on CPU
     cache: str = "radix"  # "radix" | "naive" (chapter 5)
     overlap: bool | None = None  # None: on for CUDA, off on the CPU (chapter 6)
-    early_admit: bool = True  # overlap loop: the next step's admission runs while step N's tokens travel; False: in schedule only
+    early_admit: bool = False  # overlap loop: the next step's admission runs while step N's tokens travel (measured: no gain, chapter 6)
     mixed_chunk: bool | None = None  # decode rows ride in every prefill step (chapter 6); None: on for CUDA, off on the CPU
     mixed_prefill_tokens: int | None = None  # the token budget of a prefill step decode rows ride in; None: on CUDA by the model's size (scheduler.mixed_tokens_for), else max_prefill_tokens
     mixed_backlog_tokens: int | None = None  # ... while at most this many prompt tokens wait (more: the full budget); None: 4096
@@ -82,10 +82,11 @@ class ServerConfig(SchedulerConfig):
     naive_stream: bool = False  # the per-token twins: one decode call per token, one SSE event per token
     http_parser: str | None = None  # uvicorn's HTTP parser: "httptools" | "h11"; None: httptools when installed (the compiled one)
     early_receive: bool = True  # one rank, overlap loop: new requests are read while a step's tokens travel; False: at the loop's top only
+    gc_threshold: int = 10_000  # each server process collects after this many net new tracked objects; 700: Python's default
 
     def __post_init__(self):
         super().__post_init__()
-        _at_least_one(self, "num_tokenizers")
+        _at_least_one(self, "num_tokenizers", "gc_threshold")  # 0 would switch the collector off
         if self.http_parser not in (None, "httptools", "h11"):
             raise ValueError(f"http_parser must be 'httptools' or 'h11', got {self.http_parser!r}")
         if self.http_parser == "httptools" and not _installed("httptools"):  # refused before any worker starts

@@ -117,6 +117,26 @@ def test_incremental_detokenization_never_splits_a_character(tokenizer):
     assert sum(p == "" for p in pieces) >= 2  # some tokens were held back: half a character
 
 
+def test_startup_freeze_sets_the_collection_threshold():
+    """freeze_startup_objects, which every server process calls once it is ready: what is alive then is never
+    scanned again, and the youngest generation is collected only after `gc_threshold` net new objects
+    (--gc-threshold), the older generations' thresholds kept; None leaves Python's own."""
+    import gc
+
+    from minisgl_edu.server.common import freeze_startup_objects
+    before = gc.get_threshold()
+    try:
+        freeze_startup_objects("test", None)
+        assert gc.get_threshold() == before and gc.get_freeze_count() > 0
+        freeze_startup_objects("test", 10_000)
+        assert gc.get_threshold() == (10_000, *before[1:])
+        kept = [[] for _ in range(50)]  # tracked objects born after the freeze: counted toward the next collection
+        assert gc.get_count()[0] >= 50 and kept
+    finally:
+        gc.set_threshold(*before)
+        gc.unfreeze()
+
+
 # ---- flags (no processes) ------------------------------------------------------------------------
 def test_flags_are_config_fields_with_one_default(model_path):
     """serve's flags map onto ServerConfig by name; a flag not given keeps the dataclass default, so
@@ -131,13 +151,15 @@ def test_flags_are_config_fields_with_one_default(model_path):
     cfg, _ = parse_args(["--model", model_path, "--device", "cpu", "--attention", "reference", "--no-fused-kernels",
                          "--no-overlap", "--context-length", "100", "--page-size", "4", "--hop-log", "h.jsonl",
                          "--moe-impl", "grouped", "--no-qk-kernel", "--no-gemv-kernel", "--no-warm-start",
-                         "--no-early-receive", "--no-early-admit", "--http-parser", "h11"])
+                         "--no-early-receive", "--early-admit", "--http-parser", "h11", "--gc-threshold", "700"])
     changed = {f.name for f in fields(cfg) if getattr(cfg, f.name) != getattr(plain, f.name)}
     assert changed == {"attention", "fused_kernels", "overlap", "max_seq_len", "page_size", "hop_log", "moe_impl", "qk_kernel",
-                       "gemv_kernel", "warm_start", "early_receive", "early_admit", "http_parser"}
+                       "gemv_kernel", "warm_start", "early_receive", "early_admit", "http_parser", "gc_threshold"}
     assert (cfg.attention, cfg.fused_kernels, cfg.overlap, cfg.max_seq_len) == ("reference", False, False, 100)
     with pytest.raises(ValueError, match="http_parser"):
         ServerConfig(model_path=model_path, device="cpu", http_parser="uvloop")
+    with pytest.raises(ValueError, match="gc_threshold"):  # 0 would switch the collector off
+        ServerConfig(model_path=model_path, device="cpu", gc_threshold=0)
     import minisgl_edu.config as config_mod
     real = config_mod._installed
     config_mod._installed = lambda m: m != "httptools" and real(m)  # a machine without the wheel

@@ -128,7 +128,8 @@ def test_detail_spans_nest_in_their_launch(tmp_path, monkeypatch):
     import minisgl_edu.trace as trace_mod
     monkeypatch.setattr(trace_mod, "DETAIL", True)
     path = str(tmp_path / "detail.json")
-    llm = tiny_llm(tiny_model_dir(str(tmp_path)), trace=path, overlap=True, max_prefill_tokens=8)
+    llm = tiny_llm(tiny_model_dir(str(tmp_path)), trace=path, overlap=True, early_admit=True,
+                  max_prefill_tokens=8)
     llm.generate(PROMPTS, SamplingParams(max_tokens=4, ignore_eos=True), use_tqdm=False)
     with open(path) as f:
         obj = json.load(f)

@@ -300,7 +300,7 @@ async def lifespan(app: FastAPI):
     frontend: Frontend = app.state.frontend
     frontend.loop = asyncio.get_running_loop()
     tasks = [asyncio.create_task(frontend.listen()), asyncio.create_task(frontend.tick())]
-    freeze_startup_objects("api")  # FastAPI's routes, pydantic's models: scanned once, not every full collection
+    freeze_startup_objects("api", frontend.cfg.gc_threshold)  # FastAPI's routes, pydantic's models: never scanned again
     yield
     for task in tasks:
         task.cancel()

@@ -151,7 +151,8 @@ def run_scheduler(rank: int, cfg: SchedulerConfig, addrs: Addresses, parent_pid:
     except BaseException as e:  # the launcher (or LLM) names this rank, with the traceback
         send_ack(addrs.ack, name, e)
         exit_child(1)
-    freeze_startup_objects(name)  # the model and its ledger stay: the collector need not walk them again
+    # the model and its ledger stay: the collector need not walk them again (LLM(tp>1): Python's threshold)
+    freeze_startup_objects(name, cfg.gc_threshold if isinstance(cfg, ServerConfig) else None)
     if rank == 0:  # the primary rank alone acks, and only once every rank is ready
         send_ack(addrs.ack, name)
     try:

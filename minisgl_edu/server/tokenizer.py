@@ -44,7 +44,7 @@ def tokenize_worker(tokenizer_id: int, cfg: ServerConfig, addrs: Addresses, pare
     except BaseException as e:
         send_ack(addrs.ack, name, e)
         raise SystemExit(1)
-    freeze_startup_objects(name)  # the tokenizer's Python objects stay for good
+    freeze_startup_objects(name, cfg.gc_threshold)  # the tokenizer's Python objects stay for good
     send_ack(addrs.ack, name)
     if tokenizer_id == addrs.num_tokenizers:
         detokenize_loop(tok, inbox, to_frontend, cfg)
