@@ -71,10 +71,10 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                     help="uvicorn's HTTP parser (default: httptools when installed; h11: the pure-Python twin)")
     ap.add_argument("--no-early-receive", dest="early_receive", action="store_false",
                     help="read requests only at the top of the scheduler loop, not while a step's tokens travel")
-    ap.add_argument("--early-admit", action=argparse.BooleanOptionalAction, default=False,
+    ap.add_argument("--early-admit", action=argparse.BooleanOptionalAction,
                     help="admit the next step's requests while a step's tokens travel (default off: measured no gain)")
-    ap.add_argument("--gc-threshold", type=int, default=10_000,
-                    help="collect a server process's youngest objects after this many net new ones (700: Python's default)")
+    ap.add_argument("--gc-threshold", type=int, help="collect a server process's youngest objects after this many "
+                                                     "net new ones (default 10000; 700: Python's own)")
     ap.add_argument("--naive-stream", action="store_true",
                     help="the per-token twins of the streaming path (one decode and one SSE event per token)")
     kw = vars(ap.parse_args(argv))
