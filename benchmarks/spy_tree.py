@@ -40,11 +40,12 @@ def inclusive(stacks) -> collections.Counter:
 
 
 def subtree(stacks, root: str, depth: int) -> tuple[int, dict]:
-    """(samples under `root`, nested {name: [samples, children]}) from each stack's first frame named `root`."""
+    """(samples under `root`, nested {name: [samples, children]}) from each stack's first frame named `root`
+    (a method's name without its class: py-spy writes `Scheduler.launch`)."""
     tree: dict = {}
     total = 0
     for frames, n in stacks:
-        idx = next((i for i, f in enumerate(frames) if f.split(" (")[0] == root), None)
+        idx = next((i for i, f in enumerate(frames) if f.split(" (")[0].split(".")[-1] == root), None)
         if idx is None:
             continue
         total += n

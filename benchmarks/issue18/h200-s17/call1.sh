@@ -18,7 +18,7 @@ run curl -s "$URL/health"
 run timeout 60 python3 -m minisgl_edu.bench serve --base-url "$URL" --num-prompts 64 --request-rate 42 --client-procs 4 --seed 4 --no-progress --out $OUT/warm.json
 SPY=$(command -v py-spy || ls /tmp/site/bin/py-spy 2>/dev/null)
 SCHED=$(curl -s "$URL/health" | python3 -c "import json,sys; w=json.load(sys.stdin)['workers']; print([v for k,v in w.items() if 'sched' in k][0])")
-"$SPY" record --gil --nonblocking --format raw -r 1000 -d 14 --pid "$SCHED" -o $OUT/spy_sched.txt > $OUT/spy.err 2>&1 &
+"$SPY" record --nonblocking --format raw -r 500 -d 14 --pid "$SCHED" -o $OUT/spy_sched.txt > $OUT/spy.err 2>&1 &
 SPYPID=$!
 run timeout 60 python3 -m minisgl_edu.bench serve --base-url "$URL" --num-prompts 256 --request-rate 42 --client-procs 4 --seed 5 --no-progress --out $OUT/spy_bench.json
 wait $SPYPID
