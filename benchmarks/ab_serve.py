@@ -4,6 +4,7 @@
         --rate 21.5 --num-prompts 128 --common "--skip-tokenizer-init --max-total-tokens 400000" \
         --a "" --b "--no-early-receive" --order ABBA --out ab.json
 
+`--pythonpath-a` / `--pythonpath-b` serve a variant from another checkout (the code before a change).
 `--one-server` keeps one server (A's flags) and varies only the client between the variants (`--bench-a`,
 `--bench-b`, e.g. "--client-procs 4"). Both servers start once and stay up (each KV pool capped by --common's --max-total-tokens, so both fit one GPU);
 the idle one only waits for mail. Each run is `bench serve` at a fixed Poisson rate with a fresh seed, the runs in
@@ -40,6 +41,8 @@ def main() -> int:
     ap.add_argument("--bench", default="", help="more `bench serve` flags (a dry run: '--input-len 8 16 --output-len 4 8')")
     ap.add_argument("--bench-a", default="", help="`bench serve` flags of variant A only (a client setting)")
     ap.add_argument("--bench-b", default="", help="`bench serve` flags of variant B only, e.g. '--client-procs 4'")
+    ap.add_argument("--pythonpath-a", default=None, help="serve variant A from this checkout (a before/after run)")
+    ap.add_argument("--pythonpath-b", default=None, help="serve variant B from this checkout")
     ap.add_argument("--one-server", action="store_true",
                     help="one server (A's flags) for both variants: they differ only in --bench-a / --bench-b")
     ap.add_argument("--seed", type=int, default=100)
@@ -57,9 +60,10 @@ def main() -> int:
     servers = {}
     try:
         for v in ("A" if args.one_server else "AB"):  # both up before any run: neither start-up overlaps a measured run
-            servers[v] = start_server(args.model_path, args.device, args.dummy_weights,
+            servers[v] = start_server(os.path.abspath(args.model_path), args.device, args.dummy_weights,
                                       shlex.split(args.common) + shlex.split(flags[v]),
-                                      os.path.join(args.log_dir, f"ab_{v}.serve.log"))
+                                      os.path.abspath(os.path.join(args.log_dir, f"ab_{v}.serve.log")),
+                                      pythonpath=getattr(args, f"pythonpath_{v.lower()}"))
         runs = []
         for i, v in enumerate(args.order):
             url, seed = servers["A" if args.one_server else v][1], args.seed + (i // 2 if args.paired else i)

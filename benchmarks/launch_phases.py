@@ -5,7 +5,8 @@
 For the decode graph of 64 requests and the mixed graph (64 decode rows, 768 prompt rows): the host time of
 `replay()` with the GPU idle and with the GPU still busy with the previous replay, and the host time of the
 LM head's GEMM launched right after it (65 rows), against the same GEMM launched on an idle GPU. Then
-every phase of a real decode step and a real mixed step timed around its call (`in_engine`). With --ops, the
+every phase of a real decode step and a real mixed step timed around its call (`in_engine`), with the default
+code and with each twin (FlashInfer's plan() for the graphs' wrappers, kernel_args' PyTorch gather). With --ops, the
 host's tensor operations of those steps, counted and timed by torch.profiler (`host_ops`).
 """
 from __future__ import annotations
@@ -81,14 +82,15 @@ def in_engine(llm, steps: int = 20, busy_ms: float = 0.0) -> None:
     eng, step_times, undo = llm.engine, {}, []
     sched = fresh_scheduler(llm, overlap=busy_ms > 0)
 
-    def wrap(owner, attr, name):
+    def wrap(owner, attr, name):  # name: a label, or a function of the call's keywords giving one
         real = getattr(owner, attr)
         def call(*a, **k):
             t0 = time.perf_counter()
             try:
                 return real(*a, **k)
             finally:
-                step_times[name] = step_times.get(name, 0.0) + 1e6 * (time.perf_counter() - t0)
+                label = name(k) if callable(name) else name
+                step_times[label] = step_times.get(label, 0.0) + 1e6 * (time.perf_counter() - t0)
         setattr(owner, attr, call)
         undo.append((owner, attr, real))
     for owner, attr, name in [(sched, "schedule", "schedule"), (sched, "launch", "launch"),
@@ -98,6 +100,7 @@ def in_engine(llm, steps: int = 20, busy_ms: float = 0.0) -> None:
                               (base_mod, "kernel_args", "    kernel_args"),
                               (flashinfer.BatchPrefillWithPagedKVCacheWrapper, "plan", "    FlashInfer prefill plan"),
                               (flashinfer.BatchDecodeWithPagedKVCacheWrapper, "plan", "    FlashInfer decode plan"),
+                              (fib, "lean_plan", lambda k: f"    lean {'prefill' if k.get('prefill') else 'decode'} plan"),
                               (eng.graphs, "replay", "  replay"), (eng.graphs, "replay_prefill", "  replay_prefill"),
                               (eng.sampling_cache, "get", "  sampling tensors"), (eng.model, "logits", "  LM head"),
                               (engine_mod, "sample", "  sample")]:
@@ -106,14 +109,16 @@ def in_engine(llm, steps: int = 20, busy_ms: float = 0.0) -> None:
     ids = lambda n: torch.randint(0, 10000, (n,), generator=g).tolist()
     import minisgl_edu.attention.metadata as md
     gather = md.gather_slots
-    try:
-        for twin in (False, True):
-            md.gather_slots = (lambda *a: None) if twin else gather  # the twin: kernel_args' PyTorch gather
-            print(f"  kernel_args' slots: {'the PyTorch gather (twin)' if twin else 'our kernel (kv_indices.cu)'}"
-                  + (f", the GPU busy for {busy_ms} ms before each step" if busy_ms else ""))
+    lean = fib.LEAN_PLAN
+    try:  # the default, then each twin: FlashInfer's plan() for the graphs' wrappers, kernel_args' PyTorch gather
+        for variant in ("default (lean plans, our kv_indices kernel)", "FlashInfer's plan() (LEAN_PLAN off, the twin)",
+                        "kernel_args' slots by the PyTorch gather (the twin)"):
+            fib.LEAN_PLAN = lean and "plan()" not in variant
+            md.gather_slots = (lambda *a: None) if "gather" in variant else gather
+            print(f"  {variant}" + (f", the GPU busy for {busy_ms} ms before each step" if busy_ms else ""))
             run_phases(sched, steps, step_times, uids, ids, busy_ms)
     finally:
-        md.gather_slots = gather
+        md.gather_slots, fib.LEAN_PLAN = gather, lean
         for owner, attr, real in reversed(undo):
             setattr(owner, attr, real)
 

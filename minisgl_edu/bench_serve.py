@@ -617,7 +617,9 @@ def start_server(model_path: str, device: str | None, dummy: bool, serve_args: l
     cmd += (["--device", device] if device else []) + (["--dummy-weights"] if dummy else [])
     os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
     log = open(log_path, "ab")
-    env = dict(os.environ, PYTHONPATH=pythonpath) if pythonpath else None  # another checkout: a before/after run
+    # another checkout: a before/after run; first on the path, before whatever else PYTHONPATH names (the GPU's wheels)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (pythonpath, os.environ.get("PYTHONPATH"))))) \
+        if pythonpath else None
     # `python -m` puts the working directory first on sys.path: run from that checkout, or it serves this one
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                             cwd=pythonpath)

@@ -37,6 +37,11 @@ BALANCED_MIN_BS, UNEVEN = 64, 1.3  # from that P1: at 17-64 requests both kernel
 # its plan costs the host ~0.6 ms more (FlashInfer takes a Python max() over the lengths): only where the KV read
 # alone takes longer than that (4 GiB: ~1 ms at 4 TB/s), so the overlap loop hides it behind the GPU
 BALANCED_MIN_KV_BYTES = 4 << 30
+# a CUDA graph's wrapper re-planned by FlashInfer's host planner alone (True), or through its plan() (False, the twin).
+# A graph's buffers are fixed, so its plan is two things: the lengths into those buffers, the planner's schedule into
+# the workspace. plan() does them behind a general front (checks, dtype lookups, copies of host arrays to the host, a
+# Python max() over the lengths) that cost an H200 host ~190 us for a mixed step's prompt part (issue 18)
+LEAN_PLAN = True
 
 
 def balanced_step(seq_lens: np.ndarray, size: int, kv_bytes_per_token: int) -> bool:
@@ -131,6 +136,9 @@ class FlashInferBackend(AttentionBackend):
         batch.attn_metadata = md
 
     def _plan_decode(self, args: KernelArgs, w):
+        if lean_ready(w):
+            lean_plan(w, args, self.q_heads, self.kv_heads, self.head_dim, prefill=False)
+            return w
         w.plan(args.cu_seqlens_k, args.kv_indices, args.last_page_len, head_dim=self.head_dim, seq_lens=args.seq_lens_k,
                num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=1, q_data_type=self.dtype,
                kv_data_type=self.dtype, non_blocking=True)
@@ -139,11 +147,14 @@ class FlashInferBackend(AttentionBackend):
     def plan(self, batch: Batch, args: KernelArgs) -> FIMetadata:
         if batch.is_prefill:
             w = self.graph_wrappers.get((batch.padded_size, batch.padded_tokens)) or self.prefill_wrapper
-            w.plan(args.cu_seqlens_q, args.cu_seqlens_k, args.kv_indices, args.last_page_len,
-                   head_dim_qk=self.head_dim, causal=True, seq_lens=args.seq_lens_k,
-                   disable_split_kv=w is not self.prefill_wrapper,  # a graph's planner would split every prompt
-                   num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=1, q_data_type=self.dtype,
-                   kv_data_type=self.dtype, non_blocking=True)
+            if lean_ready(w):
+                lean_plan(w, args, self.q_heads, self.kv_heads, self.head_dim, prefill=True)
+            else:
+                w.plan(args.cu_seqlens_q, args.cu_seqlens_k, args.kv_indices, args.last_page_len,
+                       head_dim_qk=self.head_dim, causal=True, seq_lens=args.seq_lens_k,
+                       disable_split_kv=w is not self.prefill_wrapper,  # a graph's planner would split every prompt
+                       num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=1, q_data_type=self.dtype,
+                       kv_data_type=self.dtype, non_blocking=True)
         else:
             pbs = batch.padded_size
             if batch.reqs:  # a real step chooses; a graph's capture (no requests) says which graph it captures
@@ -186,6 +197,55 @@ class FlashInferBackend(AttentionBackend):
     def store_locations(self, batch) -> torch.Tensor:
         """This step's out_loc as int64, for a kernel that writes K/V into the pool itself."""
         return batch.attn_metadata.out_loc
+
+
+def lean_ready(w) -> bool:
+    """May `w` be re-planned by `lean_plan`? A CUDA graph's wrapper (its buffers fixed) that plan() has planned once
+    (at capture: that first plan chose its kernel module and fixed its row capacity)."""
+    return LEAN_PLAN and w.is_cuda_graph_enabled and getattr(w, "_plan_info", None) is not None
+
+
+def lean_plan(w, args: KernelArgs, q_heads: int, kv_heads: int, head_dim: int, prefill: bool) -> None:
+    """What FlashInfer's plan() does for a CUDA graph's wrapper over page_size-1 pages, and nothing else: this step's
+    prefix sums and slots into the wrapper's fixed buffers (the last-page lengths are ones for good: every page holds
+    one token), then the host planner, which writes its schedule into the workspace. The args are plan()'s own, in
+    the order its C++ planner takes them (FlashInfer 0.5's prefill.py and decode.py); `tests/gpu` compares the
+    buffers and the workspace bit for bit with plan()'s."""
+    n = len(args.kv_indices)
+    w._paged_kv_indptr_buf.copy_(args.cu_seqlens_k, non_blocking=True)
+    w._paged_kv_indices_buf[:n].copy_(args.kv_indices, non_blocking=True)
+    ws = (w._float_workspace_buffer, w._int_workspace_buffer, w._pin_memory_int_workspace_buffer)
+    b = len(args.seq_lens_k)
+    if prefill:  # a prefill graph: causal, split-KV off (plan()'s disable_split_kv for graph wrappers)
+        w._qo_indptr_buf.copy_(args.cu_seqlens_q, non_blocking=True)
+        w._kv_lens_buffer[:b].copy_(args.seq_lens_k, non_blocking=True)
+        w._plan_info = w._cached_module.plan(*ws, args.cu_seqlens_q, args.cu_seqlens_k, args.seq_lens_k,
+                                             w._max_total_num_rows, b, q_heads, kv_heads, 1, True, head_dim, head_dim,
+                                             True, -1, -1, True, 0)
+    elif w.use_tensor_cores:  # a decode graph through the prefill kernel, one query per request
+        w._plan_info = w._cached_module.plan(*ws, qo_range(b), args.cu_seqlens_k, args.seq_lens_k, b, b, q_heads,
+                                             kv_heads, 1, True, head_dim, head_dim, False, -1, -1, False, 0)
+    else:  # the CUDA-core decode kernel
+        w._plan_info = w._cached_module.plan(*ws, args.cu_seqlens_k, b, q_heads, kv_heads, 1, True, -1, 0.0, head_dim,
+                                             head_dim, *empty_of(w._cached_q_data_type, w._cached_kv_data_type))
+
+
+_QO_RANGES: dict[int, torch.Tensor] = {}
+_EMPTIES: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def qo_range(b: int) -> torch.Tensor:
+    """[0, 1, ..., b] int32 on the host: one query per request (the tensor-core decode plan's qo prefix sums)."""
+    if b not in _QO_RANGES:
+        _QO_RANGES[b] = torch.arange(b + 1, dtype=torch.int32)
+    return _QO_RANGES[b]
+
+
+def empty_of(q_dtype: torch.dtype, kv_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The CUDA-core decode planner takes its dtypes as empty tensors: made once, not in every plan."""
+    if (q_dtype, kv_dtype) not in _EMPTIES:
+        _EMPTIES[q_dtype, kv_dtype] = torch.empty(0, dtype=q_dtype), torch.empty(0, dtype=kv_dtype)
+    return _EMPTIES[q_dtype, kv_dtype]
 
 
 def split_kv_bytes(q_heads: int, kv_heads: int, head_dim: int, device) -> int:

@@ -317,3 +317,70 @@ def test_capture_and_warm_start_write_only_the_dummy_page():
     runner.graphs[1].replay()
     torch.cuda.synchronize()
     assert slots_written_outside_the_dummy_page(kv, before) == [0]
+
+
+def wrapper_state(w, prefill: bool) -> list[torch.Tensor]:
+    """Everything a graph replay reads from a planned wrapper: its plan info, its integer workspace (the planner's
+    schedule), its prefix sums, slots and last-page lengths (and a prefill wrapper's query prefix sums and lengths)."""
+    torch.cuda.synchronize()
+    bufs = [torch.tensor(list(w._plan_info)), w._int_workspace_buffer, w._paged_kv_indptr_buf, w._paged_kv_indices_buf,
+            w._paged_kv_last_page_len_buf] + ([w._qo_indptr_buf, w._kv_lens_buffer] if prefill else [])
+    return [b.clone() for b in bufs]
+
+
+def skips_the_prefix_sums(real):
+    """The mutant: a lean plan that leaves the wrapper's KV prefix sums as the last plan wrote them."""
+    def plan(w, *a, **k):
+        saved = w._paged_kv_indptr_buf.clone()
+        real(w, *a, **k)
+        w._paged_kv_indptr_buf.copy_(saved)
+    return plan
+
+
+@pytest.mark.parametrize("kind", ["decode", "balanced", "mixed"])
+def test_lean_plan_leaves_what_plan_leaves(kind, monkeypatch):
+    """LEAN_PLAN: a graph's wrapper re-planned by lean_plan holds, bit for bit, the plan info, workspace and buffers
+    that FlashInfer's plan() leaves for the same step, each after the same earlier plan (of another step); a lean plan
+    that skips the prefix sums is caught by the same comparison."""
+    import minisgl_edu.attention.flashinfer as fi
+    monkeypatch.setattr(fi, "BALANCED_MIN_BS", 8)
+    monkeypatch.setattr(fi, "BALANCED_MIN_KV_BYTES", 0)
+    engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
+                                 max_running_reqs=MAX_BS, max_total_tokens=32768, cuda_graph_max_bs=MAX_BS,
+                                 cuda_graph_max_extend=512))
+    g = torch.Generator().manual_seed(7)
+    lens = {"decode": [300] * 15, "balanced": [100] * 10 + [1500] * 5,  # even contexts: the CUDA-core kernel
+            "mixed": [int(n) for n in torch.randint(5, 400, (15,), generator=g)]}[kind]
+    reqs = [Req(i, torch.randint(0, 49152, (n,), generator=g).tolist(), SamplingParams(max_tokens=8))
+            for i, n in enumerate(lens)]
+    for i in range(0, len(reqs), 5):
+        prefill(engine, reqs[i:i + 5])
+
+    def make(n_decode: int, prompt: int) -> Batch:  # the first n_decode requests (+ a prompt), its slots taken once
+        rows = reqs[:n_decode] + ([new_req(engine, 100 + prompt, prompt, g)] if prompt else [])
+        batch = Batch(rows, "prefill" if prompt else "decode", decode_rows=n_decode if prompt else 0)
+        batch.out_loc = engine.pool.assign_locations(rows)
+        batch.padded_size, batch.padded_tokens = engine.graphs.key(batch)
+        return batch
+
+    # this step and another of the same graph (16 decode rows; and 256 prompt rows), of other lengths
+    this, other = {"decode": (make(15, 0), make(9, 0)), "balanced": (make(15, 0), make(14, 0)),
+                   "mixed": (make(15, 200), make(15, 60))}[kind]
+    states = {}
+    for variant, lean in (("plan", False), ("lean", True), ("mutant", True)):
+        monkeypatch.setattr(fi, "LEAN_PLAN", False)
+        with torch.inference_mode():
+            engine.prepare(other)  # the wrappers hold another step's plan first
+            monkeypatch.setattr(fi, "LEAN_PLAN", lean)
+            if variant == "mutant":
+                monkeypatch.setattr(fi, "lean_plan", skips_the_prefix_sums(fi.lean_plan))
+            engine.prepare(this)
+        md = this.attn_metadata
+        assert fi.lean_ready(md.wrapper) and this.padded_size == 16 and this.balanced == other.balanced == (kind == "balanced")
+        states[variant] = wrapper_state(md.wrapper, prefill=kind == "mixed")
+        if kind == "mixed":  # the decode rows' wrapper too (the decode graph's of 16)
+            states[variant] += wrapper_state(md.decode, prefill=False)
+    same = [torch.equal(a, b) for a, b in zip(states["plan"], states["lean"])]
+    report(check="lean_plan_vs_plan", kind=kind, buffers_equal=same)
+    assert all(same), same
+    assert not all(torch.equal(a, b) for a, b in zip(states["plan"], states["mutant"]))
