@@ -349,8 +349,8 @@ def test_lean_plan_leaves_what_plan_leaves(kind, monkeypatch):
                                  max_running_reqs=MAX_BS, max_total_tokens=32768, cuda_graph_max_bs=MAX_BS,
                                  cuda_graph_max_extend=512))
     g = torch.Generator().manual_seed(7)
-    lens = {"decode": [300] * 15, "balanced": [100] * 10 + [1500] * 5,  # even contexts: the CUDA-core kernel
-            "mixed": [int(n) for n in torch.randint(5, 400, (15,), generator=g)]}[kind]
+    lens = {"decode": [300] * 15,  # even contexts: the CUDA-core kernel
+            "balanced": [100] * 10 + [1500] * 5, "mixed": [int(n) for n in torch.randint(5, 400, (14,), generator=g)]}[kind]
     reqs = [Req(i, torch.randint(0, 49152, (n,), generator=g).tolist(), SamplingParams(max_tokens=8))
             for i, n in enumerate(lens)]
     for i in range(0, len(reqs), 5):
@@ -363,9 +363,10 @@ def test_lean_plan_leaves_what_plan_leaves(kind, monkeypatch):
         batch.padded_size, batch.padded_tokens = engine.graphs.key(batch)
         return batch
 
-    # this step and another of the same graph (16 decode rows; and 256 prompt rows), of other lengths
-    this, other = {"decode": (make(15, 0), make(9, 0)), "balanced": (make(15, 0), make(14, 0)),
-                   "mixed": (make(15, 200), make(15, 60))}[kind]
+    # this step and another of the same graph (16 decode rows; and 256 prompt rows), of other lengths (16 table rows:
+    # 15 requests, or 14 and two prompts)
+    (n, p), (n2, p2) = {"decode": ((15, 0), (9, 0)), "balanced": ((15, 0), (14, 0)), "mixed": ((14, 200), (14, 60))}[kind]
+    this, other = make(n, p), make(n2, p2)
     states = {}
     for variant, lean in (("plan", False), ("lean", True), ("mutant", True)):
         monkeypatch.setattr(fi, "LEAN_PLAN", False)
@@ -376,7 +377,8 @@ def test_lean_plan_leaves_what_plan_leaves(kind, monkeypatch):
                 monkeypatch.setattr(fi, "lean_plan", skips_the_prefix_sums(fi.lean_plan))
             engine.prepare(this)
         md = this.attn_metadata
-        assert fi.lean_ready(md.wrapper) and this.padded_size == 16 and this.balanced == other.balanced == (kind == "balanced")
+        assert md.wrapper.is_cuda_graph_enabled and this.padded_size == 16
+        assert this.balanced == other.balanced == (kind == "balanced")
         states[variant] = wrapper_state(md.wrapper, prefill=kind == "mixed")
         if kind == "mixed":  # the decode rows' wrapper too (the decode graph's of 16)
             states[variant] += wrapper_state(md.decode, prefill=False)
