@@ -6,7 +6,8 @@ For the decode graph of 64 requests and the mixed graph (64 decode rows, 768 pro
 `replay()` with the GPU idle and with the GPU still busy with the previous replay, and the host time of the
 LM head's GEMM launched right after it (65 rows), against the same GEMM launched on an idle GPU. Then
 every phase of a real decode step and a real mixed step timed around its call (`in_engine`), with the default
-code and with each twin (FlashInfer's plan() for the graphs' wrappers, kernel_args' PyTorch gather). With --ops, the
+code, with the graphs' wrappers planned the other way (`LEAN_PLAN`: FlashInfer's plan() or its host planner alone),
+and with kernel_args' PyTorch gather (the twin). With --ops, the
 host's tensor operations of those steps, counted and timed by torch.profiler (`host_ops`).
 """
 from __future__ import annotations
@@ -110,11 +111,12 @@ def in_engine(llm, steps: int = 20, busy_ms: float = 0.0) -> None:
     import minisgl_edu.attention.metadata as md
     gather = md.gather_slots
     lean = fib.LEAN_PLAN
-    try:  # the default, then each twin: FlashInfer's plan() for the graphs' wrappers, kernel_args' PyTorch gather
-        for variant in ("default (lean plans, our kv_indices kernel)", "FlashInfer's plan() (LEAN_PLAN off, the twin)",
-                        "kernel_args' slots by the PyTorch gather (the twin)"):
-            fib.LEAN_PLAN = lean and "plan()" not in variant
-            md.gather_slots = (lambda *a: None) if "gather" in variant else gather
+    try:  # the default, then the graphs' wrappers planned the other way (LEAN_PLAN), then kernel_args' PyTorch gather
+        for variant, lean_on, twin in ((f"the defaults (LEAN_PLAN {lean}, our kv_indices kernel)", lean, False),
+                                         (f"LEAN_PLAN {not lean}", not lean, False),
+                                         ("kernel_args' slots by the PyTorch gather (the twin)", lean, True)):
+            fib.LEAN_PLAN = lean_on
+            md.gather_slots = (lambda *a: None) if twin else gather
             print(f"  {variant}" + (f", the GPU busy for {busy_ms} ms before each step" if busy_ms else ""))
             run_phases(sched, steps, step_times, uids, ids, busy_ms)
     finally:

@@ -37,11 +37,13 @@ BALANCED_MIN_BS, UNEVEN = 64, 1.3  # from that P1: at 17-64 requests both kernel
 # its plan costs the host ~0.6 ms more (FlashInfer takes a Python max() over the lengths): only where the KV read
 # alone takes longer than that (4 GiB: ~1 ms at 4 TB/s), so the overlap loop hides it behind the GPU
 BALANCED_MIN_KV_BYTES = 4 << 30
-# a CUDA graph's wrapper re-planned by FlashInfer's host planner alone (True), or through its plan() (False, the twin).
-# A graph's buffers are fixed, so its plan is two things: the lengths into those buffers, the planner's schedule into
-# the workspace. plan() does them behind a general front (checks, dtype lookups, copies of host arrays to the host, a
-# Python max() over the lengths) that cost an H200 host ~190 us for a mixed step's prompt part (issue 18)
-LEAN_PLAN = True
+# a CUDA graph's wrapper re-planned by FlashInfer's host planner alone (True), or through its plan() (False). A graph's
+# buffers are fixed, so its plan is two things: the lengths into those buffers, the planner's schedule into the
+# workspace. plan() does them behind a general front (checks, dtype lookups, host copies of host arrays, a Python max()
+# over the lengths). On the H200 the lean plan left the same bytes and cut a SmolLM2 mixed launch by ~100 us, but the
+# served ITL p99 did not follow (10 paired runs: medians 2.07 vs 2.11 of a step, and three of its runs had the worst
+# tails), so plan() stays the default (chapter 7)
+LEAN_PLAN = False
 
 
 def balanced_step(seq_lens: np.ndarray, size: int, kv_bytes_per_token: int) -> bool:
