@@ -14,6 +14,7 @@ LT  an experiment: cuBLASLt for the GEMMs (kernels per layer, decode at batch 1 
 SMALLM an experiment: our kernels at <= 8 rows (o_proj; SiLU-and-mul + down) (kernels per layer, decode at 1 and 8, P1)
 TC  an experiment: every decode graph through FlashInfer's tensor-core decode kernel (decode at 1, 64, 256, P1)
 NOBAL the naive twin of the balanced decode choice: the CUDA-core kernel for every decode step (decode at 256, P1)
+LEANBAL an experiment: LEAN_PLAN on, then also the balanced kernel's KV threshold at 0 (decode at 64 and 256, P1 each)
 P1B where P1's time goes: decode steps against their own floors by batch size, prefill / mixed apart
 PF  prefill of the anchors' 256 prompts against its compute floor (bf16 matmul rate measured in the run)
 tokens  greedy tokens with the fused kernels on vs off over P4's 64-request workload
@@ -456,6 +457,21 @@ def no_balanced(bw: float) -> None:
         fib.BALANCED_DECODE = saved
 
 
+def lean_balanced(bw: float) -> None:
+    """Experiment: the graphs' wrappers re-planned by the host planner alone (LEAN_PLAN), first as they are, then with
+    the balanced kernel's KV threshold at 0: that threshold is there to hide its plan()'s host time (a Python max()
+    over the lengths), which the lean plan does not spend."""
+    import minisgl_edu.attention.flashinfer as fib
+    saved = fib.LEAN_PLAN, fib.BALANCED_MIN_KV_BYTES
+    try:
+        for tag, threshold in (("leanplan", saved[1]), ("leanbal", 0)):
+            print(f"\n{tag.upper()} experiment: LEAN_PLAN on, BALANCED_MIN_KV_BYTES {threshold}", flush=True)
+            fib.LEAN_PLAN, fib.BALANCED_MIN_KV_BYTES = True, threshold
+            experiment(bw, tag, (64, 256))
+    finally:
+        fib.LEAN_PLAN, fib.BALANCED_MIN_KV_BYTES = saved
+
+
 def blaslt(bw: float) -> None:
     """Experiment: torch's matmuls through cuBLASLt (`preferred_blas_library`), set before the graphs are
     captured (does the down GEMM's split-K reduce go?). The library is set back afterwards."""
@@ -697,13 +713,13 @@ def main() -> None:
             gemv_sweep(bw)
         if "splitk" in args.parts:
             split_k_sweep(bw)
-        if {"lt", "nogemv", "gemvrow", "tc", "nobal"} & set(args.parts):
+        if {"lt", "nogemv", "gemvrow", "tc", "nobal", "leanbal"} & set(args.parts):
             del llm
             import gc
             gc.collect()
             torch.cuda.empty_cache()
             for name, fn in (("lt", blaslt), ("nogemv", no_gemv), ("gemvrow", gemv_row), ("tc", tensor_core_decode),
-                             ("nobal", no_balanced)):
+                             ("nobal", no_balanced), ("leanbal", lean_balanced)):
                 if name in args.parts:
                     try:
                         fn(bw)
