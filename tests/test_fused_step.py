@@ -181,10 +181,23 @@ def test_host_threads_for_every_process_kind(monkeypatch):
 
 
 def test_child_env_sets_only_what_is_unset_and_restores(monkeypatch):
-    """The launcher starts CPU ranks with OMP_WAIT_POLICY=PASSIVE in their environment, unless the user set it."""
+    """The launcher starts CPU ranks with a short OpenMP spin in their environment (rank_env), unless the user chose a
+    wait policy or a spin count; child_env sets only what is unset, and restores."""
     import os
 
-    from minisgl_edu.server.launcher import child_env
+    from minisgl_edu.server.launcher import child_env, rank_env
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    assert rank_env("cpu") == {"GOMP_SPINCOUNT": "1000"} and rank_env("cuda") == {}
+    with child_env(**rank_env("cpu")):
+        assert os.environ["GOMP_SPINCOUNT"] == "1000"
+    assert "GOMP_SPINCOUNT" not in os.environ
+    monkeypatch.setenv("GOMP_SPINCOUNT", "5")
+    with child_env(**rank_env("cpu")):
+        assert os.environ["GOMP_SPINCOUNT"] == "5"  # the user's count wins
+    monkeypatch.delenv("GOMP_SPINCOUNT")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # a policy chosen (this suite's conftest): no spin count added
+    assert rank_env("cpu") == {}
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     with child_env(OMP_WAIT_POLICY="PASSIVE"):
         assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"

@@ -11,7 +11,7 @@ import os
 import shutil
 import threading
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..messages import ExitMsg
@@ -69,8 +69,7 @@ def start_workers(cfg: SchedulerConfig, frontend: bool = True) -> Workers:
                             name=worker_name(i, n)) for i in range(n + 1 if frontend else 0)]
     workers = Workers(addrs, procs, ack, [addrs.tokenizer(i) for i in range(n)] if frontend else [addrs.scheduler])
     try:
-        # a CPU rank's OpenMP threads sleep when they wait: the API and tokenizers share its cores (config.host_threads_for)
-        with child_env(OMP_WAIT_POLICY="PASSIVE") if cfg.device == "cpu" else nullcontext():
+        with child_env(**rank_env(cfg.device)):
             for p in procs:
                 p.start()  # a spawned child reads the environment as it starts
         wait_for_acks(workers, cfg.startup_timeout)
@@ -78,6 +77,17 @@ def start_workers(cfg: SchedulerConfig, frontend: bool = True) -> Workers:
         stop_workers(workers, graceful=False)
         raise
     return workers
+
+
+def rank_env(device: str) -> dict[str, str]:
+    """What a scheduler rank's environment gains: on the CPU its OpenMP threads spin 1000 of libgomp's turns (~10 us)
+    before they sleep, long enough for the gaps between one forward's operators, short enough to leave the cores to the
+    API and tokenizers beside it (config.host_threads_for). On 2 cores that served 1.04-1.22x the tokens/s of sleeping
+    at once (OMP_WAIT_POLICY=PASSIVE, the twin), quiet and beside two busy loops alike, where 10,000 turns lost ~40 %
+    (issue 18). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins."""
+    if device != "cpu" or "OMP_WAIT_POLICY" in os.environ:
+        return {}
+    return {"GOMP_SPINCOUNT": "1000"}
 
 
 @contextmanager
