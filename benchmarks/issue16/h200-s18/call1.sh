@@ -10,5 +10,5 @@ run python3 -c "import torch, os; print('torch', torch.__version__, 'commit', os
 run timeout 200 python3 -m pytest -q tests/gpu
 run timeout 240 python3 benchmarks/bench_gpu.py p1 p1b p2 leanbal
 run timeout 120 python3 benchmarks/profile_decode.py default --bs 128,256 --json $OUT/profile_bs128_256.jsonl
-cp benchmarks/results.json $OUT/results.json
+cp benchmarks/results.json benchmarks/RESULTS.md $OUT/
 echo "call1: exit status $status" | tee -a "$LOG"
