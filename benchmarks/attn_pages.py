@@ -1,0 +1,93 @@
+"""Issue 16: does FlashInfer's decode kernel read the KV cache faster in pages of 16 tokens than in the pages of one
+token the engine hands it today? (Qwen3-0.6B's attention: 16 query heads, 8 KV heads, head_dim 128, bf16.)
+
+    python benchmarks/attn_pages.py [--bs 64,128,256] [--ctx 1024] [--json OUT]
+
+P1's decode steps sit at ~130 requests and read the KV cache at ~1.2 x its floor. The engine's FlashInfer backend
+views the pool as pages of one slot (`attention/flashinfer.py`), so the kernel looks up one index per token. This
+times the decode kernel alone over 28 layers' worth of separate K/V (so the 50 MB L2 holds none of it), with the same
+bytes reached four ways: one-token pages in order (a fresh pool) or shuffled (a fragmented one), 16-token pages in
+order or shuffled, each through the CUDA-core and the tensor-core decode kernel, for even contexts and for uneven
+ones (uniform on [ctx/4, 7ctx/4]). Prints µs per layer and the KV bytes read per second.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+Q_HEADS, KV_HEADS, HEAD_DIM, LAYERS = 16, 8, 128, 28
+
+
+def build(lens: torch.Tensor, page: int, shuffled: bool, gen: torch.Generator, dev):
+    """indptr, page indices and last-page lengths for requests of `lens` tokens over a pool of `page`-token pages."""
+    pages = (lens + page - 1) // page
+    total = int(pages.sum())
+    ids = torch.randperm(total, generator=gen) if shuffled else torch.arange(total)
+    indptr = torch.zeros(len(lens) + 1, dtype=torch.int32)
+    indptr[1:] = torch.cumsum(pages, 0)
+    last = (lens - (pages - 1) * page).to(torch.int32)
+    return indptr.to(dev), ids.to(torch.int32).to(dev), last.to(dev), total
+
+
+def time_layers(run, kv, iters: int = 5) -> float:
+    """GPU seconds per layer: every layer's kernel once over its own K/V, `iters` times, between two events."""
+    for layer in kv:  # warm-up (and the first launch's lazy setup)
+        run(layer)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(iters):
+        for layer in kv:
+            run(layer)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / (iters * len(kv))
+
+
+def main() -> None:
+    import flashinfer
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bs", default="64,128,256")
+    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    sizes = [int(b) for b in args.bs.split(",")]
+    slots = (max(sizes) * (args.ctx * 7 // 4 + 16) + 31) // 16 * 16  # whole 16-token pages
+    # one pool per layer, [slots, kv_heads, head_dim] like the engine's; any page size is a view of the same bytes
+    kv = [(torch.randn(slots, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16),
+           torch.randn(slots, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)) for _ in range(LAYERS)]
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    bytes_per_token = KV_HEADS * HEAD_DIM * 2 * 2
+    rows = []
+    print(f"{'batch':>5} {'contexts':>8} {'page':>4} {'order':>8} {'kernel':>11} {'us/layer':>9} {'TB/s':>6}", flush=True)
+    for bs in sizes:
+        gen = torch.Generator().manual_seed(bs)
+        for spread in ("even", "uneven"):
+            lens = torch.full((bs,), args.ctx) if spread == "even" else \
+                torch.randint(args.ctx // 4, args.ctx * 7 // 4 + 1, (bs,), generator=gen)
+            q = torch.randn(bs, Q_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+            for page in (1, 16):
+                views = [(k.view(-1, page, KV_HEADS, HEAD_DIM), v.view(-1, page, KV_HEADS, HEAD_DIM)) for k, v in kv]
+                for shuffled in (False, True):
+                    indptr, ids, last, _ = build(lens, page, shuffled, gen, dev)
+                    for tc in (False, True):
+                        w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tc)
+                        w.plan(indptr, ids, last, num_qo_heads=Q_HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM,
+                               page_size=page, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+                        t = time_layers(lambda layer: w.run(q, layer), views)
+                        tbs = int(lens.sum()) * bytes_per_token / t / 1e12
+                        kind = "tensor-core" if tc else "CUDA-core"
+                        order = "shuffled" if shuffled else "in order"
+                        print(f"{bs:>5} {spread:>8} {page:>4} {order:>8} {kind:>11} {t * 1e6:>9.1f} {tbs:>6.2f}", flush=True)
+                        rows.append(dict(bs=bs, contexts=spread, page=page, order=order, kernel=kind,
+                                         us_per_layer=t * 1e6, tb_per_s=tbs, kv_tokens=int(lens.sum())))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
