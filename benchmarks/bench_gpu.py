@@ -15,6 +15,7 @@ SMALLM an experiment: our kernels at <= 8 rows (o_proj; SiLU-and-mul + down) (ke
 TC  an experiment: every decode graph through FlashInfer's tensor-core decode kernel (decode at 1, 64, 256, P1)
 NOBAL the naive twin of the balanced decode choice: the CUDA-core kernel for every decode step (decode at 256, P1)
 LEANBAL an experiment: LEAN_PLAN on, then also the balanced kernel's KV threshold at 0 (decode at 64 and 256, P1 each)
+PAGED an experiment: page_size 16 (FlashInfer reads pages), then also the tensor-core kernel for even steps (P2, P1 each)
 P1B where P1's time goes: decode steps against their own floors by batch size, prefill / mixed apart
 PF  prefill of the anchors' 256 prompts against its compute floor (bf16 matmul rate measured in the run)
 tokens  greedy tokens with the fused kernels on vs off over P4's 64-request workload
@@ -472,6 +473,25 @@ def lean_balanced(bw: float) -> None:
         fib.LEAN_PLAN, fib.BALANCED_MIN_KV_BYTES = saved
 
 
+def paged(bw: float) -> None:
+    """Experiment: FlashInfer over pages of 16 tokens (page_size=16: attention.metadata.pages_of), whose kernels look
+    up one index per page instead of one per token (benchmarks/attn_pages.py: the tensor-core decode kernel read the
+    KV 3-4 % faster so, the CUDA-core one the same); then also every decode step of 64+ requests through the
+    tensor-core kernel (UNEVEN at 1.0), even ones included."""
+    import minisgl_edu.attention.flashinfer as fib
+    saved = fib.UNEVEN
+    try:
+        for tag, uneven in (("ps16", saved), ("ps16tc", 1.0)):
+            print(f"\n{tag.upper()} experiment: page_size 16, UNEVEN {uneven}", flush=True)
+            fib.UNEVEN = uneven
+            experiment(bw, tag, (64, 128, 256), page_size=16)
+            import gc
+            gc.collect()
+            torch.cuda.empty_cache()
+    finally:
+        fib.UNEVEN = saved
+
+
 def blaslt(bw: float) -> None:
     """Experiment: torch's matmuls through cuBLASLt (`preferred_blas_library`), set before the graphs are
     captured (does the down GEMM's split-K reduce go?). The library is set back afterwards."""
@@ -713,13 +733,13 @@ def main() -> None:
             gemv_sweep(bw)
         if "splitk" in args.parts:
             split_k_sweep(bw)
-        if {"lt", "nogemv", "gemvrow", "tc", "nobal", "leanbal"} & set(args.parts):
+        if {"lt", "nogemv", "gemvrow", "tc", "nobal", "leanbal", "paged"} & set(args.parts):
             del llm
             import gc
             gc.collect()
             torch.cuda.empty_cache()
             for name, fn in (("lt", blaslt), ("nogemv", no_gemv), ("gemvrow", gemv_row), ("tc", tensor_core_decode),
-                             ("nobal", no_balanced), ("leanbal", lean_balanced)):
+                             ("nobal", no_balanced), ("leanbal", lean_balanced), ("paged", paged)):
                 if name in args.parts:
                     try:
                         fn(bw)

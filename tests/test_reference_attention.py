@@ -70,6 +70,38 @@ def test_kernel_args_follow_the_ledger():
     assert set((padded.kv_indices[16:] // 2).tolist()) == {pool.num_pages}
 
 
+
+def test_pages_of_reads_the_same_slots_in_pages():
+    """FlashInfer with pages of page_size tokens (attention/flashinfer.py): each lane's page ids, end to end, and the
+    length of its last page. Expanded back (page * ps + offset, offsets below the lane's tokens in that page) they
+    give kernel_args' slots exactly, padding lanes and a prefill graph's slack lane (all in the dummy page) too."""
+    from minisgl_edu.attention.metadata import pages_of
+    ps = 4
+    pool = PagePool(64, ps, 8, 64, torch.device("cpu"))
+    reqs = [Req(i, [0] * n, SamplingParams(max_tokens=4)) for i, n in enumerate((1, 4, 5, 13, 16))]
+    for r in reqs:
+        r.table_idx, r.device_len = pool.take_row(), r.prompt_len
+    pool.assign_locations(reqs)
+    for args in (kernel_args(reqs, pool), kernel_args(reqs, pool, padded_size=8),
+                 kernel_args(reqs[:2], pool, padded_size=4, padded_tokens=40)):
+        pg = pages_of(args, ps)
+        lens = args.seq_lens_k.tolist()
+        assert pg.indptr.tolist() == [0] + torch.tensor([-(-n // ps) for n in lens]).cumsum(0).tolist()
+        assert pg.last_page_len.tolist() == [n - (-(-n // ps) - 1) * ps for n in lens]
+        assert all(1 <= x <= ps for x in pg.last_page_len.tolist())
+        for t in (pg.indptr, pg.indices, pg.last_page_len):
+            assert t.dtype == torch.int32
+        cu_k, cu_p = args.cu_seqlens_k.tolist(), pg.indptr.tolist()
+        for i, n in enumerate(lens):
+            pages = pg.indices[cu_p[i]:cu_p[i + 1]]
+            slots = (pages[:, None] * ps + torch.arange(ps)).flatten()[:n]
+            assert torch.equal(slots.to(torch.int32), args.kv_indices[cu_k[i]:cu_k[i + 1]]), i
+        if args.num_padding:
+            assert set(pg.indices[cu_p[len(lens) - args.num_padding]:].tolist()) == {pool.num_pages}
+    one = kernel_args(reqs, pool)
+    same = pages_of(one, 1)  # pages of one token: kernel_args' own arrays, not copies
+    assert same.indices is one.kv_indices and same.indptr is one.cu_seqlens_k and same.last_page_len is one.last_page_len
+
 def test_prefill_graph_lanes_and_the_slack_lane():
     """A prefill graph's arguments (graphs.py): the prompts in the first lanes, padding lanes of one token, and the
     last padding lane taking the slack, so the query rows add up to the graph's capacity; every key a padding lane

@@ -1,7 +1,8 @@
 """Chapter 7 — The FlashInfer backend: FlashInfer's paged prefill and decode kernels on the same indices.
 
 `plan()` plans one wrapper per step from the `KernelArgs` (prefill, decode, or a CUDA graph's decode
-wrapper); every layer runs it over a page_size-1 view of the KV pool the reference backend uses.
+wrapper); every layer runs it over the KV pool the reference backend uses, viewed as pages of the pool's
+page_size tokens (`pages_of`: with page_size 1, a slot is a page).
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ..graphs import PREFILL_LANES
 from ..model.layers import fused_kernels
 from ..req import Batch
 from .base import AttentionBackend
-from .metadata import KernelArgs, kernel_args, mixed_lanes, split_args
+from .metadata import KernelArgs, kernel_args, mixed_lanes, pages_of, split_args
 
 CUDA_CORE_GROUP_SIZES = (1, 2, 3, 4, 8)  # GQA group sizes FlashInfer's CUDA-core decode kernel is built for
 # a mixed step's decode rows through FlashInfer's decode kernel and its prompts through the prefill kernel (True),
@@ -86,8 +87,10 @@ class FlashInferBackend(AttentionBackend):
         self.balanced = BALANCED_DECODE and not self.use_tensor_cores
         self.balanced_wrapper = self._decode_wrapper(tensor_cores=True) if self.balanced else None
         self.balanced_wrappers: dict[int, Any] = {}  # graph batch size -> its wrapper; graphs.py captures one graph each
-        # page_size-1 view of each layer: [slots, 1 token per page, kv_heads, head_dim]
-        self.pages = [(kv.k[i].unsqueeze(1), kv.v[i].unsqueeze(1)) for i in range(kv.k.shape[0])]
+        # each layer's K and V as FlashInfer's pages: [pages, page_size tokens, kv_heads, head_dim] (the same bytes)
+        self.page_size = ps = pool.page_size
+        self.pages = [(kv.k[i].view(-1, ps, *kv.k.shape[2:]), kv.v[i].view(-1, ps, *kv.v.shape[2:]))
+                      for i in range(kv.k.shape[0])]
 
     def _decode_wrapper(self, bs: int = 0, indices_buf: torch.Tensor | None = None, tensor_cores: bool | None = None):
         """bs 0: the eager decode wrapper; bs > 0: one with fixed buffers, for a CUDA graph of that batch size."""
@@ -138,25 +141,27 @@ class FlashInferBackend(AttentionBackend):
         batch.attn_metadata = md
 
     def _plan_decode(self, args: KernelArgs, w):
-        if lean_ready(w):
+        if self.page_size == 1 and lean_ready(w):
             lean_plan(w, args, self.q_heads, self.kv_heads, self.head_dim, prefill=False)
             return w
-        w.plan(args.cu_seqlens_k, args.kv_indices, args.last_page_len, head_dim=self.head_dim, seq_lens=args.seq_lens_k,
-               num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=1, q_data_type=self.dtype,
+        pg = pages_of(args, self.page_size)
+        w.plan(pg.indptr, pg.indices, pg.last_page_len, head_dim=self.head_dim, seq_lens=args.seq_lens_k,
+               num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=self.page_size, q_data_type=self.dtype,
                kv_data_type=self.dtype, non_blocking=True)
         return w
 
     def plan(self, batch: Batch, args: KernelArgs) -> FIMetadata:
         if batch.is_prefill:
             w = self.graph_wrappers.get((batch.padded_size, batch.padded_tokens)) or self.prefill_wrapper
-            if lean_ready(w):
+            if self.page_size == 1 and lean_ready(w):
                 lean_plan(w, args, self.q_heads, self.kv_heads, self.head_dim, prefill=True)
             else:
-                w.plan(args.cu_seqlens_q, args.cu_seqlens_k, args.kv_indices, args.last_page_len,
+                pg = pages_of(args, self.page_size)
+                w.plan(args.cu_seqlens_q, pg.indptr, pg.indices, pg.last_page_len,
                        head_dim_qk=self.head_dim, causal=True, seq_lens=args.seq_lens_k,
                        disable_split_kv=w is not self.prefill_wrapper,  # a graph's planner would split every prompt
-                       num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=1, q_data_type=self.dtype,
-                       kv_data_type=self.dtype, non_blocking=True)
+                       num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=self.page_size,
+                       q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True)
         else:
             pbs = batch.padded_size
             if batch.reqs:  # a real step chooses; a graph's capture (no requests) says which graph it captures

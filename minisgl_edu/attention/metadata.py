@@ -86,6 +86,38 @@ def split_args(args: KernelArgs, split: int, decode_rows: int) -> tuple[KernelAr
     return decode, prompts
 
 
+@dataclass
+class Pages:
+    """What FlashInfer reads of a step's keys when a page holds page_size tokens: each lane's pages, end to end.
+
+    A lane of device_len L has cdiv(L, page_size) pages; its page j is the page of position j * page_size:
+
+        positions  | 0 .. ps-1 | ps .. 2ps-1 | ... | (n-1)ps .. L-1      (n = cdiv(L, ps))
+        page ids   | page_table[row, 0] // ps | page_table[row, ps] // ps | ... (each page's first slot // ps)
+        last_page_len = L - (n - 1) * ps, in 1 .. ps
+
+    With page_size 1 these are kernel_args' own arrays (a slot is a page of one token)."""
+    indptr: torch.Tensor  # [B+1] int32, host: 0, then prefix sums of the lanes' page counts
+    indices: torch.Tensor  # [indptr[-1]] int32, device: page ids
+    last_page_len: torch.Tensor  # [B] int32, host: tokens in each lane's last page
+
+
+def pages_of(args: KernelArgs, page_size: int) -> Pages:
+    """kernel_args' slots as pages of `page_size` tokens: every page's first slot, divided by the page size (one
+    copy of the entries to read, one gather, one division)."""
+    if page_size == 1:
+        return Pages(args.cu_seqlens_k, args.kv_indices, args.last_page_len)
+    seq, cu_k = args.seq_lens_k.numpy().astype(np.int64), args.cu_seqlens_k.numpy().astype(np.int64)
+    n = (seq + page_size - 1) // page_size
+    cu_p = np.concatenate([[0], np.cumsum(n)])
+    # entry e = cu_p[i] + j (page j of lane i) reads slot entry cu_k[i] + j * page_size
+    first = np.repeat(cu_k[:-1] - cu_p[:-1] * page_size, n) + np.arange(cu_p[-1]) * page_size
+    host = to_device(np.concatenate([cu_p, seq - (n - 1) * page_size]).astype(np.int32), args.kv_indices.device, host=True)
+    slots = args.kv_indices[to_device(first, args.kv_indices.device)]
+    b = len(seq)
+    return Pages(host[:b + 1], slots // page_size, host[b + 1:])
+
+
 def gather_slots(pool: PagePool, host: torch.Tensor, b: int, total: int) -> torch.Tensor | None:
     """kernel_args' slots by our one-launch kernel (model/kv_indices.cu), from one copy of the pinned buffer
     (cu_k at [b + 1, 2b + 2), the rows at [4b + 2, 5b + 2)); None off CUDA or without the cubin."""
