@@ -477,19 +477,19 @@ def paged(bw: float) -> None:
     """Experiment: FlashInfer over pages of 16 tokens (page_size=16: attention.metadata.pages_of), whose kernels look
     up one index per page instead of one per token (benchmarks/attn_pages.py: the tensor-core decode kernel read the
     KV 3-4 % faster so, the CUDA-core one the same); then also every decode step of 64+ requests through the
-    tensor-core kernel (UNEVEN at 1.0), even ones included."""
+    tensor-core kernel (UNEVEN at 1.0), even ones included. First the same pool read slot by slot (PAGES off)."""
     import minisgl_edu.attention.flashinfer as fib
-    saved = fib.UNEVEN
+    saved = fib.UNEVEN, fib.PAGES
     try:
-        for tag, uneven in (("ps16", saved), ("ps16tc", 1.0)):
-            print(f"\n{tag.upper()} experiment: page_size 16, UNEVEN {uneven}", flush=True)
-            fib.UNEVEN = uneven
+        for tag, uneven, pages in (("ps16slots", saved[0], False), ("ps16", saved[0], True), ("ps16tc", 1.0, True)):
+            print(f"\n{tag.upper()} experiment: page_size 16, FlashInfer pages {pages}, UNEVEN {uneven}", flush=True)
+            fib.UNEVEN, fib.PAGES = uneven, pages
             experiment(bw, tag, (64, 128, 256), page_size=16)
             import gc
             gc.collect()
             torch.cuda.empty_cache()
     finally:
-        fib.UNEVEN = saved
+        fib.UNEVEN, fib.PAGES = saved
 
 
 def blaslt(bw: float) -> None:

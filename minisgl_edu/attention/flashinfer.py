@@ -45,6 +45,10 @@ BALANCED_MIN_KV_BYTES = 4 << 30
 # served ITL p99 did not follow (10 paired runs: medians 2.07 vs 2.11 of a step, and three of its runs had the worst
 # tails), so plan() stays the default (chapter 7)
 LEAN_PLAN = False
+# with a pool of page_size > 1, FlashInfer reads whole pages, one index per page (True: `pages_of`), or every slot as
+# a page of one token, one index per token (False, the twin; the same bytes). Benchmarks/attn_pages.py on the H200:
+# the tensor-core decode kernel read the KV 3-4 % faster in pages of 16, the CUDA-core one the same (chapter 7)
+PAGES = False
 
 
 def balanced_step(seq_lens: np.ndarray, size: int, kv_bytes_per_token: int) -> bool:
@@ -88,7 +92,7 @@ class FlashInferBackend(AttentionBackend):
         self.balanced_wrapper = self._decode_wrapper(tensor_cores=True) if self.balanced else None
         self.balanced_wrappers: dict[int, Any] = {}  # graph batch size -> its wrapper; graphs.py captures one graph each
         # each layer's K and V as FlashInfer's pages: [pages, page_size tokens, kv_heads, head_dim] (the same bytes)
-        self.page_size = ps = pool.page_size
+        self.page_size = ps = pool.page_size if PAGES else 1  # 1: every slot a page of one token
         self.pages = [(kv.k[i].view(-1, ps, *kv.k.shape[2:]), kv.v[i].view(-1, ps, *kv.v.shape[2:]))
                       for i in range(kv.k.shape[0])]
 

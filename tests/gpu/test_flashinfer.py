@@ -21,9 +21,11 @@ def rel_err(out, ref) -> float:
     return ((out.float() - ref).norm() / ref.norm()).item()
 
 
-@pytest.mark.parametrize("page_size", [1, 16])
+@pytest.mark.parametrize("page_size,pages", [(1, False), (16, False), (16, True)])  # pages: FlashInfer reads pages
 @pytest.mark.parametrize("q_heads,kv_heads,head_dim", [(9, 3, 64), (16, 8, 128)])
-def test_flashinfer_matches_reference(q_heads, kv_heads, head_dim, page_size):
+def test_flashinfer_matches_reference(q_heads, kv_heads, head_dim, page_size, pages, monkeypatch):
+    import minisgl_edu.attention.flashinfer as fib
+    monkeypatch.setattr(fib, "PAGES", pages)
     dev = torch.device("cuda")
     torch.manual_seed(q_heads * 100 + page_size)
     num_pages = 8192 // page_size
