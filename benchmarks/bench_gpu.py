@@ -15,6 +15,7 @@ SMALLM an experiment: our kernels at <= 8 rows (o_proj; SiLU-and-mul + down) (ke
 TC  an experiment: every decode graph through FlashInfer's tensor-core decode kernel (decode at 1, 64, 256, P1)
 NOBAL the naive twin of the balanced decode choice: the CUDA-core kernel for every decode step (decode at 256, P1)
 LEANBAL an experiment: LEAN_PLAN on, then also the balanced kernel's KV threshold at 0 (decode at 64 and 256, P1 each)
+NOSPLIT an experiment: decode graphs padded past FlashInfer's partition-KV sizes (P2 at 64-128, P1)
 PAGED an experiment: page_size 16 (FlashInfer reads pages), then also the tensor-core kernel for even steps (P2, P1 each)
 P1B where P1's time goes: decode steps against their own floors by batch size, prefill / mixed apart
 PF  prefill of the anchors' 256 prompts against its compute floor (bf16 matmul rate measured in the run)
@@ -492,6 +493,58 @@ def paged(bw: float) -> None:
         fib.UNEVEN, fib.PAGES = saved
 
 
+def split_sizes(eng, ctx: int = 1024) -> dict[int, bool]:
+    """For each captured decode size, whether FlashInfer's planner gives its CUDA graph the partition-KV kernel (and a
+    merge) for that many requests of `ctx` keys: in CUDA-graph mode it always does so while size x kv_heads CTAs fit
+    the grid at once (its scheduler.cuh), even where nothing is split. Read from the plan info's split_kv."""
+    from minisgl_edu.paging import to_device
+    out, slot = {}, eng.graphs.dummy_slot
+    be = eng.backend
+    for bs in eng.graphs.sizes:
+        w = be.graph_wrappers[bs, 0]
+        indptr = to_device((np.arange(bs + 1) * ctx).astype(np.int32), eng.device, host=True)
+        ones = to_device(np.ones(bs, np.int32), eng.device, host=True)
+        idx = torch.full((bs * ctx,), slot, dtype=torch.int32, device=eng.device)
+        w.plan(indptr, idx, ones, head_dim=be.head_dim, num_qo_heads=be.q_heads, num_kv_heads=be.kv_heads, page_size=1,
+               q_data_type=be.dtype, kv_data_type=be.dtype)
+        out[bs] = bool(list(w._plan_info)[9])
+    return out
+
+
+def no_split(bw: float) -> None:
+    """Experiment: decode graphs padded past FlashInfer's partition-KV sizes. Call 1's profile (session 18): at 128
+    requests of 1,024 keys the graph's decode kernel took 136.8 us a layer plus a 3.4 us merge, where the eager kernel
+    (no split) took 125.7 in attn_pages.py; at 256 requests, which fill the grid, the graph has no merge and matches.
+    Here every decode batch of at least half the first non-split size runs in that size's graph (its extra lanes read
+    the dummy page): P2 at 64, 96, 128, then P1."""
+    from minisgl_edu.graphs import pad_to
+    print("\nNOSPLIT experiment: decode graphs padded past the partition-KV sizes", flush=True)
+    llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=256, cuda_graph_max_bs=256)
+    eng = llm.engine
+    split = split_sizes(eng)
+    print("  split-KV kernel by graph size:", " ".join(f"{k}:{int(v)}" for k, v in split.items()), flush=True)
+    first = min((k for k, v in split.items() if not v), default=None)
+    record("nosplit_first_unsplit_graph", first or 0, "requests", None,
+           "smallest decode graph FlashInfer plans without partition-KV (1,024 keys each); " +
+           ", ".join(f"{k}:{int(v)}" for k, v in split.items()))
+    if first is None:
+        return
+    sizes = eng.graphs.sizes
+    w, kvt = weight_bytes(eng.model), kv_bytes_per_token(eng)
+    for label, fn in (("default", lambda bs: pad_to(sizes, bs)),
+                      ("nosplit", lambda bs: max(pad_to(sizes, bs), first) if 2 * bs >= first else pad_to(sizes, bs))):
+        eng.graphs.padded_size = fn
+        for bs in (64, 96, 128):
+            batch = make_decode_batch(eng, bs, 1024, seed=bs)
+            floor = (w + bs * 1025 * kvt) / bw
+            t = time_steps(lambda: eng.forward(batch), iters=50)
+            release(eng, batch)
+            record(f"nosplit_{label}_decode_step_bs{bs}_graph", t * 1e3, "ms", t / floor,
+                   f"graph {fn(bs)} for {bs} requests; ratio = time / floor")
+        p1(llm, bw, tag=f"_nosplit_{label}")
+    del eng.graphs.padded_size
+
+
 def blaslt(bw: float) -> None:
     """Experiment: torch's matmuls through cuBLASLt (`preferred_blas_library`), set before the graphs are
     captured (does the down GEMM's split-K reduce go?). The library is set back afterwards."""
@@ -733,13 +786,14 @@ def main() -> None:
             gemv_sweep(bw)
         if "splitk" in args.parts:
             split_k_sweep(bw)
-        if {"lt", "nogemv", "gemvrow", "tc", "nobal", "leanbal", "paged"} & set(args.parts):
+        if {"lt", "nogemv", "gemvrow", "tc", "nobal", "leanbal", "paged", "nosplit"} & set(args.parts):
             del llm
             import gc
             gc.collect()
             torch.cuda.empty_cache()
             for name, fn in (("lt", blaslt), ("nogemv", no_gemv), ("gemvrow", gemv_row), ("tc", tensor_core_decode),
-                             ("nobal", no_balanced), ("leanbal", lean_balanced), ("paged", paged)):
+                             ("nobal", no_balanced), ("leanbal", lean_balanced), ("paged", paged),
+                             ("nosplit", no_split)):
                 if name in args.parts:
                     try:
                         fn(bw)
