@@ -16,6 +16,7 @@ TC  an experiment: every decode graph through FlashInfer's tensor-core decode ke
 NOBAL the naive twin of the balanced decode choice: the CUDA-core kernel for every decode step (decode at 256, P1)
 LEANBAL an experiment: LEAN_PLAN on, then also the balanced kernel's KV threshold at 0 (decode at 64 and 256, P1 each)
 NOSPLIT an experiment: decode graphs padded past FlashInfer's partition-KV sizes (P2 at 64-128, P1)
+PAGEDP1 P1 with page_size 16, FlashInfer pages on / off, alternated twice
 PAGED an experiment: page_size 16 (FlashInfer reads pages), then also the tensor-core kernel for even steps (P2, P1 each)
 P1B where P1's time goes: decode steps against their own floors by batch size, prefill / mixed apart
 PF  prefill of the anchors' 256 prompts against its compute floor (bf16 matmul rate measured in the run)
@@ -493,6 +494,24 @@ def paged(bw: float) -> None:
         fib.UNEVEN, fib.PAGES = saved
 
 
+def paged_p1(bw: float) -> None:
+    """P1 with page_size 16, FlashInfer reading pages (PAGES) and slot by slot, alternated twice (one engine each)."""
+    import gc
+
+    import minisgl_edu.attention.flashinfer as fib
+    saved = fib.PAGES
+    try:
+        for i, pages in enumerate((True, False, True, False)):
+            fib.PAGES = pages
+            llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=256, cuda_graph_max_bs=256, page_size=16)
+            p1(llm, bw, tag=f"_ps16_{'pages' if pages else 'slots'}_{i // 2 + 1}")
+            del llm
+            gc.collect()
+            torch.cuda.empty_cache()
+    finally:
+        fib.PAGES = saved
+
+
 def split_sizes(eng, ctx: int = 1024) -> dict[int, bool]:
     """For each captured decode size, whether FlashInfer's planner gives its CUDA graph the partition-KV kernel (and a
     merge) for that many requests of `ctx` keys: in CUDA-graph mode it always does so while size x kv_heads CTAs fit
@@ -786,14 +805,14 @@ def main() -> None:
             gemv_sweep(bw)
         if "splitk" in args.parts:
             split_k_sweep(bw)
-        if {"lt", "nogemv", "gemvrow", "tc", "nobal", "leanbal", "paged", "nosplit"} & set(args.parts):
+        if {"lt", "nogemv", "gemvrow", "tc", "nobal", "leanbal", "paged", "nosplit", "pagedp1"} & set(args.parts):
             del llm
             import gc
             gc.collect()
             torch.cuda.empty_cache()
             for name, fn in (("lt", blaslt), ("nogemv", no_gemv), ("gemvrow", gemv_row), ("tc", tensor_core_decode),
                              ("nobal", no_balanced), ("leanbal", lean_balanced), ("paged", paged),
-                             ("nosplit", no_split)):
+                             ("nosplit", no_split), ("pagedp1", paged_p1)):
                 if name in args.parts:
                     try:
                         fn(bw)
