@@ -6,6 +6,7 @@ page_size tokens (`pages_of`: with page_size 1, a slot is a page).
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,9 +47,16 @@ BALANCED_MIN_KV_BYTES = 4 << 30
 # tails), so plan() stays the default (chapter 7)
 LEAN_PLAN = False
 # with a pool of page_size > 1, FlashInfer reads whole pages, one index per page (True: `pages_of`), or every slot as
-# a page of one token, one index per token (False, the twin; the same bytes). Benchmarks/attn_pages.py on the H200:
-# the tensor-core decode kernel read the KV 3-4 % faster in pages of 16, the CUDA-core one the same (chapter 7)
-PAGES = False
+# a page of one token, one index per token (False, the twin; the same bytes). On the H200 (benchmarks/attn_pages.py)
+# the tensor-core decode kernel read the KV 3-4 % faster in pages of 16, the CUDA-core one the same; P1 at page_size
+# 16 read 0.634, 0.630, 0.628 of its floor against 0.618, 0.620, 0.618 slot by slot, in alternation (chapter 7)
+PAGES = True
+# before a wrapper is planned again, wait until the GPU has taken its last plan (True), or not (False, the twin).
+# FlashInfer's plan writes the schedule into one page-locked host buffer per wrapper and queues its copy to the GPU;
+# a second plan before that copy runs overwrites what the first step then reads. The serving loop is one step ahead,
+# so the copy has long run; a caller launching steps back to back (bench.make_decode_batch, prefill groups of two
+# shapes in one wrapper) got the second schedule for the first step: an illegal memory access on the H200
+PLAN_FENCE = True
 
 
 def balanced_step(seq_lens: np.ndarray, size: int, kv_bytes_per_token: int) -> bool:
@@ -91,6 +99,7 @@ class FlashInferBackend(AttentionBackend):
         self.balanced = BALANCED_DECODE and not self.use_tensor_cores
         self.balanced_wrapper = self._decode_wrapper(tensor_cores=True) if self.balanced else None
         self.balanced_wrappers: dict[int, Any] = {}  # graph batch size -> its wrapper; graphs.py captures one graph each
+        self.planned: dict[int, torch.cuda.Event] = {}  # id(wrapper) -> recorded after its last plan (PLAN_FENCE)
         # each layer's K and V as FlashInfer's pages: [pages, page_size tokens, kv_heads, head_dim] (the same bytes)
         self.page_size = ps = pool.page_size if PAGES else 1  # 1: every slot a page of one token
         self.pages = [(kv.k[i].view(-1, ps, *kv.k.shape[2:]), kv.v[i].view(-1, ps, *kv.v.shape[2:]))
@@ -144,7 +153,22 @@ class FlashInferBackend(AttentionBackend):
         md.split = split
         batch.attn_metadata = md
 
+    @contextmanager
+    def fenced(self, w):
+        """Plan `w` once the GPU has taken its last plan (PLAN_FENCE); note when it takes this one. In the serving
+        loop the copy ran long ago, so it does not wait."""
+        ev = self.planned.get(id(w)) if PLAN_FENCE else None
+        if ev is not None:
+            ev.synchronize()
+        yield
+        if PLAN_FENCE:
+            self.planned.setdefault(id(w), torch.cuda.Event()).record()  # after the plan's copy, on this stream
+
     def _plan_decode(self, args: KernelArgs, w):
+        with self.fenced(w):
+            return self._plan_decode_now(args, w)
+
+    def _plan_decode_now(self, args: KernelArgs, w):
         if self.page_size == 1 and lean_ready(w):
             lean_plan(w, args, self.q_heads, self.kv_heads, self.head_dim, prefill=False)
             return w
@@ -157,15 +181,16 @@ class FlashInferBackend(AttentionBackend):
     def plan(self, batch: Batch, args: KernelArgs) -> FIMetadata:
         if batch.is_prefill:
             w = self.graph_wrappers.get((batch.padded_size, batch.padded_tokens)) or self.prefill_wrapper
-            if self.page_size == 1 and lean_ready(w):
-                lean_plan(w, args, self.q_heads, self.kv_heads, self.head_dim, prefill=True)
-            else:
-                pg = pages_of(args, self.page_size)
-                w.plan(args.cu_seqlens_q, pg.indptr, pg.indices, pg.last_page_len,
-                       head_dim_qk=self.head_dim, causal=True, seq_lens=args.seq_lens_k,
-                       disable_split_kv=w is not self.prefill_wrapper,  # a graph's planner would split every prompt
-                       num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=self.page_size,
-                       q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True)
+            with self.fenced(w):
+                if self.page_size == 1 and lean_ready(w):
+                    lean_plan(w, args, self.q_heads, self.kv_heads, self.head_dim, prefill=True)
+                else:
+                    pg = pages_of(args, self.page_size)
+                    w.plan(args.cu_seqlens_q, pg.indptr, pg.indices, pg.last_page_len,
+                           head_dim_qk=self.head_dim, causal=True, seq_lens=args.seq_lens_k,
+                           disable_split_kv=w is not self.prefill_wrapper,  # a graph's planner would split every prompt
+                           num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=self.page_size,
+                           q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True)
         else:
             pbs = batch.padded_size
             if batch.reqs:  # a real step chooses; a graph's capture (no requests) says which graph it captures
