@@ -54,8 +54,9 @@ PAGES = True
 # before a wrapper is planned again, wait until the GPU has taken its last plan (True), or not (False, the twin).
 # FlashInfer's plan writes the schedule into one page-locked host buffer per wrapper and queues its copy to the GPU;
 # a second plan before that copy runs overwrites what the first step then reads. The serving loop is one step ahead,
-# so the copy has long run; a caller launching steps back to back (bench.make_decode_batch, prefill groups of two
-# shapes in one wrapper) got the second schedule for the first step: an illegal memory access on the H200
+# so the copy has long run; a caller launching steps back to back (bench.make_decode_batch: prefill groups of two
+# shapes in one wrapper) is not. On the H200 `bench_gpu.py p1 p1b` died of an illegal memory access there twice without
+# the fence (never under CUDA_LAUNCH_BLOCKING) and ran clean with it; a smaller check did not catch the race either way
 PLAN_FENCE = True
 
 
