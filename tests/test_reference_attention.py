@@ -71,10 +71,34 @@ def test_kernel_args_follow_the_ledger():
 
 
 
+def expands_to_slots(pg, args, ps: int) -> bool:
+    """Do the pages, expanded back (page * ps + offset, below each lane's tokens), give kernel_args' slots exactly?"""
+    cu_k, cu_p = args.cu_seqlens_k.tolist(), pg.indptr.tolist()
+    for i, n in enumerate(args.seq_lens_k.tolist()):
+        pages = pg.indices[cu_p[i]:cu_p[i + 1]]
+        slots = (pages[:, None] * ps + torch.arange(ps)).flatten()[:n]
+        if not torch.equal(slots.to(torch.int32), args.kv_indices[cu_k[i]:cu_k[i + 1]]):
+            return False
+    return True
+
+
+def pages_without_the_offset(args, ps: int):
+    """A wrong pages_of kept for the test to catch: page j of lane i read at slot entry cu_k[i] + j, not + j * ps."""
+    import numpy as np
+
+    from minisgl_edu.attention.metadata import Pages
+    seq, cu_k = args.seq_lens_k.numpy().astype(np.int64), args.cu_seqlens_k.numpy().astype(np.int64)
+    n = (seq + ps - 1) // ps
+    cu_p = np.concatenate([[0], np.cumsum(n)])
+    first = np.repeat(cu_k[:-1] - cu_p[:-1], n) + np.arange(cu_p[-1])
+    return Pages(torch.tensor(cu_p, dtype=torch.int32), args.kv_indices[torch.from_numpy(first)] // ps,
+                 torch.tensor(seq - (n - 1) * ps, dtype=torch.int32))
+
+
 def test_pages_of_reads_the_same_slots_in_pages():
     """FlashInfer with pages of page_size tokens (attention/flashinfer.py): each lane's page ids, end to end, and the
-    length of its last page. Expanded back (page * ps + offset, offsets below the lane's tokens in that page) they
-    give kernel_args' slots exactly, padding lanes and a prefill graph's slack lane (all in the dummy page) too."""
+    length of its last page. Expanded back they give kernel_args' slots exactly, padding lanes and a prefill graph's
+    slack lane (all in the dummy page) too; a pages_of that forgets the page offset is caught."""
     from minisgl_edu.attention.metadata import pages_of
     ps = 4
     pool = PagePool(64, ps, 8, 64, torch.device("cpu"))
@@ -91,12 +115,11 @@ def test_pages_of_reads_the_same_slots_in_pages():
         assert all(1 <= x <= ps for x in pg.last_page_len.tolist())
         for t in (pg.indptr, pg.indices, pg.last_page_len):
             assert t.dtype == torch.int32
-        cu_k, cu_p = args.cu_seqlens_k.tolist(), pg.indptr.tolist()
-        for i, n in enumerate(lens):
-            pages = pg.indices[cu_p[i]:cu_p[i + 1]]
-            slots = (pages[:, None] * ps + torch.arange(ps)).flatten()[:n]
-            assert torch.equal(slots.to(torch.int32), args.kv_indices[cu_k[i]:cu_k[i + 1]]), i
+        assert expands_to_slots(pg, args, ps)
+        if max(lens) > ps:  # a lane of several pages: the mutant reads the wrong slots (one page each, it cannot)
+            assert not expands_to_slots(pages_without_the_offset(args, ps), args, ps)
         if args.num_padding:
+            cu_p = pg.indptr.tolist()
             assert set(pg.indices[cu_p[len(lens) - args.num_padding]:].tolist()) == {pool.num_pages}
     one = kernel_args(reqs, pool)
     same = pages_of(one, 1)  # pages of one token: kernel_args' own arrays, not copies
