@@ -421,7 +421,8 @@ def experiment(bw: float, tag: str, sizes: tuple[int, ...], with_p1: bool = True
         batch = make_decode_batch(eng, bs, 1024, seed=bs)
         floor = (w + bs * 1025 * kvt) / bw
         graph, cpu = host_and_step(eng, batch)
-        g = eng.graphs.graphs[eng.graphs.padded_size(bs)]
+        kind = eng.graphs.balanced_graphs if batch.balanced else eng.graphs.graphs  # the graph this step replays
+        g = kind[eng.graphs.padded_size(bs)]
         replay = time_steps(g.replay, iters=100)
         layer = one_layer(kernels(g.replay), nl)
         release(eng, batch)
