@@ -477,7 +477,7 @@ def lean_balanced(bw: float) -> None:
 
 
 def paged(bw: float) -> None:
-    """Experiment: FlashInfer over pages of 16 tokens (page_size=16: attention.metadata.pages_of), whose kernels look
+    """Experiment: FlashInfer over pages of 16 tokens (page_size=16: attention.metadata.page_args), whose kernels look
     up one index per page instead of one per token (benchmarks/attn_pages.py: the tensor-core decode kernel read the
     KV 3-4 % faster so, the CUDA-core one the same); then also every decode step of 64+ requests through the
     tensor-core kernel (UNEVEN at 1.0), even ones included. First the same pool read slot by slot (PAGES off)."""

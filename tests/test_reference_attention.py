@@ -83,7 +83,7 @@ def expands_to_slots(pg, args, ps: int) -> bool:
 
 
 def pages_without_the_offset(args, ps: int):
-    """A wrong pages_of kept for the test to catch: page j of lane i read at slot entry cu_k[i] + j, not + j * ps."""
+    """A wrong page_args kept for the test to catch: page j of lane i read at slot entry cu_k[i] + j, not + j * ps."""
     import numpy as np
 
     from minisgl_edu.attention.metadata import Pages
@@ -95,11 +95,11 @@ def pages_without_the_offset(args, ps: int):
                  torch.tensor(seq - (n - 1) * ps, dtype=torch.int32))
 
 
-def test_pages_of_reads_the_same_slots_in_pages():
+def test_page_args_read_the_same_slots_in_pages():
     """FlashInfer with pages of page_size tokens (attention/flashinfer.py): each lane's page ids, end to end, and the
     length of its last page. Expanded back they give kernel_args' slots exactly, padding lanes and a prefill graph's
-    slack lane (all in the dummy page) too; a pages_of that forgets the page offset is caught."""
-    from minisgl_edu.attention.metadata import pages_of
+    slack lane (all in the dummy page) too; a page_args that forgets the page offset is caught."""
+    from minisgl_edu.attention.metadata import page_args
     ps = 4
     pool = PagePool(64, ps, 8, 64, torch.device("cpu"))
     reqs = [Req(i, [0] * n, SamplingParams(max_tokens=4)) for i, n in enumerate((1, 4, 5, 13, 16))]
@@ -108,7 +108,7 @@ def test_pages_of_reads_the_same_slots_in_pages():
     pool.assign_locations(reqs)
     for args in (kernel_args(reqs, pool), kernel_args(reqs, pool, padded_size=8),
                  kernel_args(reqs[:2], pool, padded_size=4, padded_tokens=40)):
-        pg = pages_of(args, ps)
+        pg = page_args(args, ps)
         lens = args.seq_lens_k.tolist()
         assert pg.indptr.tolist() == [0] + torch.tensor([-(-n // ps) for n in lens]).cumsum(0).tolist()
         assert pg.last_page_len.tolist() == [n - (-(-n // ps) - 1) * ps for n in lens]
@@ -122,7 +122,7 @@ def test_pages_of_reads_the_same_slots_in_pages():
             cu_p = pg.indptr.tolist()
             assert set(pg.indices[cu_p[len(lens) - args.num_padding]:].tolist()) == {pool.num_pages}
     one = kernel_args(reqs, pool)
-    same = pages_of(one, 1)  # pages of one token: kernel_args' own arrays, not copies
+    same = page_args(one, 1)  # pages of one token: kernel_args' own arrays, not copies
     assert same.indices is one.kv_indices and same.indptr is one.cu_seqlens_k and same.last_page_len is one.last_page_len
 
 def test_prefill_graph_lanes_and_the_slack_lane():

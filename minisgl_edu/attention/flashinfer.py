@@ -2,7 +2,7 @@
 
 `plan()` plans one wrapper per step from the `KernelArgs` (prefill, decode, or a CUDA graph's decode
 wrapper); every layer runs it over the KV pool the reference backend uses, viewed as pages of the pool's
-page_size tokens (`pages_of`: with page_size 1, a slot is a page).
+page_size tokens (`page_args`: with page_size 1, a slot is a page).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from ..graphs import PREFILL_LANES
 from ..model.layers import fused_kernels
 from ..req import Batch
 from .base import AttentionBackend
-from .metadata import KernelArgs, kernel_args, mixed_lanes, pages_of, split_args
+from .metadata import KernelArgs, kernel_args, mixed_lanes, page_args, split_args
 
 CUDA_CORE_GROUP_SIZES = (1, 2, 3, 4, 8)  # GQA group sizes FlashInfer's CUDA-core decode kernel is built for
 # a mixed step's decode rows through FlashInfer's decode kernel and its prompts through the prefill kernel (True),
@@ -46,7 +46,7 @@ BALANCED_MIN_KV_BYTES = 4 << 30
 # served ITL p99 did not follow (10 paired runs: medians 2.07 vs 2.11 of a step, and three of its runs had the worst
 # tails), so plan() stays the default (chapter 7)
 LEAN_PLAN = False
-# with a pool of page_size > 1, FlashInfer reads whole pages, one index per page (True: `pages_of`), or every slot as
+# with a pool of page_size > 1, FlashInfer reads whole pages, one index per page (True: `page_args`), or every slot as
 # a page of one token, one index per token (False, the twin; the same bytes). On the H200 (benchmarks/attn_pages.py)
 # the tensor-core decode kernel read the KV 3-4 % faster in pages of 16, the CUDA-core one the same; P1 at page_size
 # 16 read 0.634, 0.630, 0.628 of its floor against 0.618, 0.620, 0.618 slot by slot, in alternation (chapter 7)
@@ -167,26 +167,23 @@ class FlashInferBackend(AttentionBackend):
 
     def _plan_decode(self, args: KernelArgs, w):
         with self.fenced(w):
-            return self._plan_decode_now(args, w)
-
-    def _plan_decode_now(self, args: KernelArgs, w):
-        if self.page_size == 1 and lean_ready(w):
-            lean_plan(w, args, self.q_heads, self.kv_heads, self.head_dim, prefill=False)
-            return w
-        pg = pages_of(args, self.page_size)
-        w.plan(pg.indptr, pg.indices, pg.last_page_len, head_dim=self.head_dim, seq_lens=args.seq_lens_k,
-               num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=self.page_size, q_data_type=self.dtype,
-               kv_data_type=self.dtype, non_blocking=True)
+            if lean_ready(w, self.page_size):
+                lean_plan(w, args, self.q_heads, self.kv_heads, self.head_dim, prefill=False)
+            else:
+                pg = page_args(args, self.page_size)
+                w.plan(pg.indptr, pg.indices, pg.last_page_len, head_dim=self.head_dim, seq_lens=args.seq_lens_k,
+                       num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=self.page_size,
+                       q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True)
         return w
 
     def plan(self, batch: Batch, args: KernelArgs) -> FIMetadata:
         if batch.is_prefill:
             w = self.graph_wrappers.get((batch.padded_size, batch.padded_tokens)) or self.prefill_wrapper
             with self.fenced(w):
-                if self.page_size == 1 and lean_ready(w):
+                if lean_ready(w, self.page_size):
                     lean_plan(w, args, self.q_heads, self.kv_heads, self.head_dim, prefill=True)
                 else:
-                    pg = pages_of(args, self.page_size)
+                    pg = page_args(args, self.page_size)
                     w.plan(args.cu_seqlens_q, pg.indptr, pg.indices, pg.last_page_len,
                            head_dim_qk=self.head_dim, causal=True, seq_lens=args.seq_lens_k,
                            disable_split_kv=w is not self.prefill_wrapper,  # a graph's planner would split every prompt
@@ -236,10 +233,11 @@ class FlashInferBackend(AttentionBackend):
         return batch.attn_metadata.out_loc
 
 
-def lean_ready(w) -> bool:
+def lean_ready(w, page_size: int = 1) -> bool:
     """May `w` be re-planned by `lean_plan`? A CUDA graph's wrapper (its buffers fixed) that plan() has planned once
-    (at capture: that first plan chose its kernel module and fixed its row capacity)."""
-    return LEAN_PLAN and w.is_cuda_graph_enabled and getattr(w, "_plan_info", None) is not None
+    (at capture: that first plan chose its kernel module and fixed its row capacity), over pages of one token (the
+    lean plan leaves the last-page lengths at one)."""
+    return LEAN_PLAN and page_size == 1 and w.is_cuda_graph_enabled and getattr(w, "_plan_info", None) is not None
 
 
 def lean_plan(w, args: KernelArgs, q_heads: int, kv_heads: int, head_dim: int, prefill: bool) -> None:

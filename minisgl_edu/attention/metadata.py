@@ -14,7 +14,7 @@ import torch
 
 from ..model import qk_kernel
 from ..model.layers import KERNELS
-from ..paging import PagePool, to_device
+from ..paging import PagePool, cdiv, to_device
 from ..req import Req
 
 
@@ -102,13 +102,13 @@ class Pages:
     last_page_len: torch.Tensor  # [B] int32, host: tokens in each lane's last page
 
 
-def pages_of(args: KernelArgs, page_size: int) -> Pages:
+def page_args(args: KernelArgs, page_size: int) -> Pages:
     """kernel_args' slots as pages of `page_size` tokens: every page's first slot, divided by the page size (one
     copy of the entries to read, one gather, one division)."""
     if page_size == 1:
         return Pages(args.cu_seqlens_k, args.kv_indices, args.last_page_len)
     seq, cu_k = args.seq_lens_k.numpy().astype(np.int64), args.cu_seqlens_k.numpy().astype(np.int64)
-    n = (seq + page_size - 1) // page_size
+    n = cdiv(seq, page_size)
     cu_p = np.concatenate([[0], np.cumsum(n)])
     # entry e = cu_p[i] + j (page j of lane i) reads slot entry cu_k[i] + j * page_size
     first = np.repeat(cu_k[:-1] - cu_p[:-1] * page_size, n) + np.arange(cu_p[-1]) * page_size

@@ -126,8 +126,8 @@ def test_warm_start_changes_no_token(smol):
     assert warm == cold
 
 
-def test_pages_of_16_tokens_serve_the_same_tokens(smol, monkeypatch):
-    """FlashInfer over pages of 16 tokens (attention.metadata.pages_of) against pages of one token (the module's
+def test_sixteen_token_pages_serve_the_same_tokens(smol, monkeypatch):
+    """FlashInfer over pages of 16 tokens (attention.metadata.page_args) against pages of one token (the module's
     engine): staggered arrivals, so decode steps, prefill and mixed graphs and the prefix cache (every prompt starts
     with one shared 48-token prefix) all run. Every request finishes, every page comes back; in bf16 a different
     tiling can flip a near-tie, so most requests, not all, must give the same greedy tokens."""
