@@ -110,17 +110,20 @@ def in_engine(llm, steps: int = 20, busy_ms: float = 0.0) -> None:
     ids = lambda n: torch.randint(0, 10000, (n,), generator=g).tolist()
     import minisgl_edu.attention.metadata as md
     gather = md.gather_slots
-    lean = fib.LEAN_PLAN
-    try:  # the default, then the graphs' wrappers planned the other way (LEAN_PLAN), then kernel_args' PyTorch gather
-        for variant, lean_on, twin in ((f"the defaults (LEAN_PLAN {lean}, our kv_indices kernel)", lean, False),
-                                         (f"LEAN_PLAN {not lean}", not lean, False),
-                                         ("kernel_args' slots by the PyTorch gather (the twin)", lean, True)):
-            fib.LEAN_PLAN = lean_on
+    lean, fence = fib.LEAN_PLAN, fib.PLAN_FENCE
+    try:  # the default, then the graphs' wrappers planned the other way (LEAN_PLAN), then kernel_args' PyTorch gather,
+        # then without the plan fence (what its event record and wait cost the host)
+        for variant, lean_on, twin, fence_on in (
+                (f"the defaults (LEAN_PLAN {lean}, our kv_indices kernel, PLAN_FENCE {fence})", lean, False, fence),
+                (f"LEAN_PLAN {not lean}", not lean, False, fence),
+                ("kernel_args' slots by the PyTorch gather (the twin)", lean, True, fence),
+                (f"PLAN_FENCE {not fence}", lean, False, not fence)):
+            fib.LEAN_PLAN, fib.PLAN_FENCE = lean_on, fence_on
             md.gather_slots = (lambda *a: None) if twin else gather
             print(f"  {variant}" + (f", the GPU busy for {busy_ms} ms before each step" if busy_ms else ""))
             run_phases(sched, steps, step_times, uids, ids, busy_ms)
     finally:
-        md.gather_slots, fib.LEAN_PLAN = gather, lean
+        md.gather_slots, fib.LEAN_PLAN, fib.PLAN_FENCE = gather, lean, fence
         for owner, attr, real in reversed(undo):
             setattr(owner, attr, real)
 
