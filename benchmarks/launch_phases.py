@@ -42,6 +42,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default=str(Path(__file__).resolve().parents[1] / "benchmarks/configs/smollm2-135m"))
     ap.add_argument("--ops", action="store_true", help="then count and time the host's tensor operations per step")
+    ap.add_argument("--fence-ab", action="store_true",
+                    help="only the plan fence on and off, in the order on, off, off, on (GPU idle, then busy if asked)")
     ap.add_argument("--busy-ms", type=float, default=0.0,
                     help="then time the phases again with the GPU busy: this many ms of sleep kernel queued on the "
                          "engine stream before each step, the step launched from the overlap loop's stream (a launch "
@@ -61,14 +63,14 @@ def main() -> None:
                         ("decode graph bs 1", gr.graphs[1])):
             print(f"  {name:24s} replay, GPU idle: {host_us(g.replay):8.1f}   GPU busy: {host_us(g.replay, busy=busy):8.1f}"
                   f"   then the LM head: {host_us(logits, busy=g.replay):8.1f}")
-    in_engine(llm)
+    in_engine(llm, fence_ab=args.fence_ab)
     if args.busy_ms > 0:
-        in_engine(llm, busy_ms=args.busy_ms)
+        in_engine(llm, busy_ms=args.busy_ms, fence_ab=args.fence_ab)
     if args.ops:
         host_ops(llm)
 
 
-def in_engine(llm, steps: int = 20, busy_ms: float = 0.0) -> None:
+def in_engine(llm, steps: int = 20, busy_ms: float = 0.0, fence_ab: bool = False) -> None:
     """Where a step's host time goes, inside real scheduler steps (64 decoding requests; in the mixed run a
     561-token prompt joins every step): each phase timed around its call, summed per step, medians in us.
     busy_ms > 0: each step is launched as the overlap loop launches it, behind that much queued GPU work."""
@@ -113,11 +115,13 @@ def in_engine(llm, steps: int = 20, busy_ms: float = 0.0) -> None:
     lean, fence = fib.LEAN_PLAN, fib.PLAN_FENCE
     try:  # the default, then the graphs' wrappers planned the other way (LEAN_PLAN), then kernel_args' PyTorch gather,
         # then without the plan fence (what its event record and wait cost the host)
-        for variant, lean_on, twin, fence_on in (
-                (f"the defaults (LEAN_PLAN {lean}, our kv_indices kernel, PLAN_FENCE {fence})", lean, False, fence),
-                (f"LEAN_PLAN {not lean}", not lean, False, fence),
-                ("kernel_args' slots by the PyTorch gather (the twin)", lean, True, fence),
-                (f"PLAN_FENCE {not fence}", lean, False, not fence)):
+        variants = [(f"the defaults (LEAN_PLAN {lean}, our kv_indices kernel, PLAN_FENCE {fence})", lean, False, fence),
+                    (f"LEAN_PLAN {not lean}", not lean, False, fence),
+                    ("kernel_args' slots by the PyTorch gather (the twin)", lean, True, fence),
+                    (f"PLAN_FENCE {not fence}", lean, False, not fence)]
+        if fence_ab:  # the fence alone, on and off in ABBA order (an order effect cancels)
+            variants = [variants[i] for i in (0, 3, 3, 0)]
+        for variant, lean_on, twin, fence_on in variants:
             fib.LEAN_PLAN, fib.PLAN_FENCE = lean_on, fence_on
             md.gather_slots = (lambda *a: None) if twin else gather
             print(f"  {variant}" + (f", the GPU busy for {busy_ms} ms before each step" if busy_ms else ""))
