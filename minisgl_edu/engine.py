@@ -14,7 +14,8 @@ import torch
 from .attention import make_backend
 from .config import EngineConfig, host_threads_for  # noqa: F401  (EngineConfig re-exported)
 from .model import build_model, load_config
-from .model.layers import use_kernels
+from .model import qk_kernel
+from .model.layers import fused_kernels, use_kernels
 from .paging import KVCache, PagePool, extend_spans, to_device
 from .req import Batch
 from .sampling import SamplingCache, SamplingTensors, apply_controls, sample, token_logprobs
@@ -160,6 +161,9 @@ class Engine:
         else:  # one argmax on the model's own logits when nothing needs them in float32 (same index)
             st = self.sampling_cache.get(sampled, self.vocab_size, self.device, self.eos_token_ids, self.pool.token_pool)
             logits = self.model.logits(h if lay.last_rows is None else h[lay.last_rows])
+            if st.plain_greedy and fused_kernels(logits) is not None and (tokens := qk_kernel.greedy(
+                    logits, lay.sample_table_rows, lay.sample_device_len, self.pool.token_pool)) is not None:
+                return tokens  # the argmax, its int32 and the token pool's write in one launch (greedy.cu)
             logits = logits if st.plain_greedy else logits.float()
         tokens = sample(apply_controls(logits, st, self.pool.token_pool), st, self.generator)
         if st.logprobs_k >= 0:  # chapter 9: read from the raw logits; they ride back with the tokens (no sync)

@@ -8,7 +8,7 @@ set -euo pipefail
 OUTDIR=${GPU_BUNDLE_DIR:-.gpu}
 SRC=$(cd "$(dirname "$0")/.." && pwd)/minisgl_edu/model
 mkdir -p "$OUTDIR/kernels"
-for k in qk_norm_rope_store gemv kv_indices; do
+for k in qk_norm_rope_store gemv kv_indices greedy; do
   ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -cubin -arch=sm_90a -O3 -o "$OUTDIR/kernels/$k.cubin" "$SRC/$k.cu"
   echo "built $OUTDIR/kernels/$k.cubin"
 done

@@ -14,7 +14,8 @@ import pathlib
 import torch
 
 NAME = "qk_norm_rope_store"
-CUBINS = {NAME: "qk_norm_rope_store.cubin", "kv_indices": "kv_indices.cubin"}  # kernel -> file; gemv*: gemv.cubin
+CUBINS = {NAME: "qk_norm_rope_store.cubin", "kv_indices": "kv_indices.cubin",  # kernel -> file; gemv*: gemv.cubin
+          "greedy_argmax": "greedy.cubin"}
 _FUNCS: dict[tuple[int, str], object] = {}  # (device index, kernel) -> (libcuda, function), or None: no cubin
 
 
@@ -50,11 +51,13 @@ def available(x: torch.Tensor, name: str = NAME) -> bool:
     return x.is_cuda and x.dtype == torch.bfloat16 and _kernel(x.device, name) is not None
 
 
-def _launch(name: str, device: torch.device, blocks: int, threads: int, args: list, shared: int = 0) -> None:
+def _launch(name: str, device: torch.device, blocks: int | tuple[int, int], threads: int, args: list,
+            shared: int = 0) -> None:
     cuda, fn = _kernel(device, name)
     params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])  # void** kernelParams
     stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
-    _check(cuda.cuLaunchKernel(fn, blocks, 1, 1, threads, 1, 1, shared, stream, params, None), "cuLaunchKernel")
+    bx, by = blocks if isinstance(blocks, tuple) else (blocks, 1)
+    _check(cuda.cuLaunchKernel(fn, bx, by, 1, threads, 1, 1, shared, stream, params, None), "cuLaunchKernel")
 
 
 def _ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
@@ -142,4 +145,36 @@ def kv_indices(page_table: torch.Tensor, rows: torch.Tensor, cu_k: torch.Tensor,
     if len(rows):
         _launch("kv_indices", page_table.device, len(rows), 256,
                 [_ptr(page_table), ctypes.c_longlong(page_table.stride(0)), _ptr(rows), _ptr(cu_k), _ptr(out)])
+    return out
+
+
+GREEDY_CHUNK = 4096  # logits of one row a block reduces (a multiple of 8): 38 blocks a row for Qwen3's 151,936
+_TICKETS: dict[int, torch.Tensor] = {}  # device index -> greedy_argmax's per-row counters, zero between launches
+
+
+def greedy(logits: torch.Tensor, rows: torch.Tensor | None = None, pos: torch.Tensor | None = None,
+           token_pool: torch.Tensor | None = None) -> torch.Tensor | None:
+    """int32 tokens[r] = argmax of bf16 logits[r] (torch.argmax's choice: the first of equal maxima, NaN above all),
+    also written to token_pool[rows[r], pos[r]] when the pool is given (rows, pos int64), in one launch (greedy.cu);
+    None without the cubin or for other inputs (then torch.argmax serves)."""
+    if not logits.is_cuda or logits.dtype != torch.bfloat16 or logits.dim() != 2 or not logits.is_contiguous() \
+            or _kernel(logits.device, "greedy_argmax") is None:
+        return None
+    n, vocab = logits.shape
+    out = torch.empty(n, dtype=torch.int32, device=logits.device)
+    if n == 0:
+        return out
+    if token_pool is not None:
+        assert token_pool.dtype == torch.int32 and token_pool.stride(1) == 1 and rows.dtype == pos.dtype == torch.int64
+    idx = logits.device.index if logits.device.index is not None else torch.cuda.current_device()
+    tickets = _TICKETS.get(idx)
+    if tickets is None or len(tickets) < n:
+        tickets = _TICKETS[idx] = torch.zeros(max(n, 512), dtype=torch.int32, device=logits.device)
+    chunks = -(-vocab // GREEDY_CHUNK)
+    partial = torch.empty(n * chunks, dtype=torch.int64, device=logits.device)
+    vec = vocab % 8 == 0 and logits.data_ptr() % 16 == 0
+    _launch("greedy_argmax", logits.device, (chunks, n), 256,
+            [_ptr(logits), ctypes.c_int(vocab), ctypes.c_int(GREEDY_CHUNK), ctypes.c_int(int(vec)), _ptr(partial),
+             _ptr(tickets), _ptr(out), _ptr(token_pool), ctypes.c_longlong(token_pool.stride(0) if token_pool is not None else 0),
+             _ptr(rows if token_pool is not None else None), _ptr(pos if token_pool is not None else None)])
     return out

@@ -74,3 +74,62 @@ def test_cuda_controls_equal_cpu():
     torch.testing.assert_close(got["cuda"][0], got["cpu"][0])
     torch.testing.assert_close(got["cuda"][1], got["cpu"][1])
     assert torch.equal(got["cuda"][2], got["cpu"][2])
+
+
+# ---- greedy sampling in one launch (model/greedy.cu; issue 16) -------------------------------------------------
+def hard_rows(vocab: int, gen: torch.Generator) -> torch.Tensor:
+    """Rows whose argmax a careless kernel gets wrong: equal maxima, only negative values, -0.0 beside +0.0, a NaN,
+    two NaNs, -inf everywhere but one, the maximum in the last slot; then random rows."""
+    rows = [torch.full((vocab,), -3.0)]
+    rows[0][[5, vocab - 2]] = 7.0  # a tie: the first wins
+    rows.append(-torch.rand(vocab, generator=gen) - 1.0)  # all negative
+    z = torch.full((vocab,), -1.0); z[3], z[vocab - 1] = -0.0, 0.0; rows.append(z)  # -0.0 == +0.0: index 3
+    n = torch.randn(vocab, generator=gen); n[vocab // 2] = float("nan"); rows.append(n)
+    n2 = torch.randn(vocab, generator=gen); n2[[vocab - 3, 4]] = float("nan"); rows.append(n2)  # the first NaN
+    f = torch.full((vocab,), float("-inf")); f[vocab - 1] = -1e30; rows.append(f)
+    last = torch.randn(vocab, generator=gen); last[-1] = 100.0; rows.append(last)
+    rows += list(torch.randn(5, vocab, generator=gen))
+    return torch.stack(rows).to(torch.bfloat16)
+
+
+def greedy_mismatches(fn, vocab: int, offset: int = 0) -> int:
+    """Rows where fn(logits) differs from torch.argmax, over hard_rows (offset: the rows start `offset` elements
+    into their buffer, which breaks 16-byte alignment when odd)."""
+    x = hard_rows(vocab, torch.Generator().manual_seed(vocab)).cuda()
+    buf = torch.empty(x.numel() + offset, dtype=x.dtype, device="cuda")
+    view = buf[offset:].view(x.shape)
+    view.copy_(x)
+    return int((fn(view).long() != x.argmax(-1)).sum())
+
+
+@pytest.mark.parametrize("vocab,offset", [(151936, 0), (49152, 0), (49152, 1), (1003, 0), (7, 0)])
+def test_greedy_kernel_is_torch_argmax(vocab, offset):
+    """The kernel's token is torch.argmax's on every hard row, with vector loads (vocab % 8 == 0, aligned) or
+    without; and the two wrong argmaxes kept here are caught by the same rows."""
+    from minisgl_edu.model.qk_kernel import greedy
+    if greedy(torch.zeros(1, 8, dtype=torch.bfloat16, device="cuda")) is None:
+        pytest.skip("no greedy.cubin (scripts/build_fi_extra_kernels.sh) or not an sm_90 device")
+    assert greedy_mismatches(greedy, vocab, offset) == 0
+    last_of_ties = lambda x: x.shape[-1] - 1 - x.flip(-1).argmax(-1)  # wrong: the last of equal maxima
+    nan_blind = lambda x: torch.nan_to_num(x.float(), nan=float("-inf")).argmax(-1)  # wrong: skips NaN
+    assert greedy_mismatches(last_of_ties, vocab, offset) > 0 and greedy_mismatches(nan_blind, vocab, offset) > 0
+
+
+def test_greedy_kernel_writes_the_token_pool_and_runs_again():
+    """Tokens land at token_pool[rows, pos] and nowhere else; back-to-back launches (the row counters are reset by
+    each launch) and 256 rows give torch.argmax's tokens."""
+    from minisgl_edu.model.qk_kernel import greedy
+    if greedy(torch.zeros(1, 8, dtype=torch.bfloat16, device="cuda")) is None:
+        pytest.skip("no greedy.cubin (scripts/build_fi_extra_kernels.sh) or not an sm_90 device")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    pool = torch.full((300, 64), -1, dtype=torch.int32, device="cuda")
+    for n in (256, 3, 256, 1):
+        logits = torch.randn(n, 151936, generator=g, device="cuda").to(torch.bfloat16)
+        rows = torch.randperm(300, device="cuda")[:n]
+        pos = torch.randint(0, 64, (n,), device="cuda")
+        before = pool.clone()
+        tokens = greedy(logits, rows, pos, pool)
+        want = logits.argmax(-1).to(torch.int32)
+        assert torch.equal(tokens, want)
+        before[rows, pos] = want
+        assert torch.equal(pool, before)
