@@ -25,6 +25,12 @@ __device__ __forceinline__ unsigned long long warp_max(unsigned long long k) {
   return k;
 }
 
+// One value against a thread's best so far, met in increasing index order: a larger value, or a first NaN, wins;
+// an equal one (-0.0 == +0.0 included) does not, so the thread keeps its first maximum. Floats, not keys: cheap.
+__device__ __forceinline__ void take(float f, int i, float& best, int& at) {
+  if (at < 0 || f > best || (f != f && best == best)) { best = f; at = i; }
+}
+
 extern "C" __global__ void greedy_argmax(const __nv_bfloat16* __restrict__ logits, int vocab, int chunk, int vec,
                                          unsigned long long* partial, unsigned int* counter, int* __restrict__ tokens,
                                          int* token_pool, long long pool_stride, const long long* __restrict__ rows,
@@ -32,23 +38,27 @@ extern "C" __global__ void greedy_argmax(const __nv_bfloat16* __restrict__ logit
   const int r = blockIdx.y, c = blockIdx.x, chunks = gridDim.x;
   const int begin = c * chunk, end = min(begin + chunk, vocab);
   const __nv_bfloat16* row = logits + (long long)r * vocab;
-  unsigned long long best = 0;  // below every real key (their low word or high word is non-zero)
+  float top = 0.0f;
+  int at = -1;  // none yet
   if (vec) {  // every row 16-byte aligned (vocab % 8 == 0, an aligned base): eight values a load (chunk % 8 == 0)
-    for (int i = begin + threadIdx.x * 8; i < end; i += blockDim.x * 8) {
-      uint4 raw = *reinterpret_cast<const uint4*>(row + i);
-      const __nv_bfloat16* v = reinterpret_cast<const __nv_bfloat16*>(&raw);
+    const int step = blockDim.x * 8;
+    for (int i0 = begin + threadIdx.x * 8; i0 < end; i0 += 4 * step) {
+      uint4 raw[4];  // four loads in flight before any compare
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
-        unsigned long long k = key_of(__bfloat162float(v[j]), i + j);
-        best = k > best ? k : best;
+      for (int u = 0; u < 4; ++u)
+        if (i0 + u * step < end) raw[u] = __ldcs(reinterpret_cast<const uint4*>(row + i0 + u * step));
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        if (i0 + u * step >= end) break;
+        const __nv_bfloat16* v = reinterpret_cast<const __nv_bfloat16*>(&raw[u]);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) take(__bfloat162float(v[j]), i0 + u * step + j, top, at);
       }
     }
   } else {
-    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
-      unsigned long long k = key_of(__bfloat162float(row[i]), i);
-      best = k > best ? k : best;
-    }
+    for (int i = begin + threadIdx.x; i < end; i += blockDim.x) take(__bfloat162float(row[i]), i, top, at);
   }
+  unsigned long long best = at < 0 ? 0ull : key_of(top, at);  // 0: below every real key
   __shared__ unsigned long long warps[32];
   __shared__ bool last;
   best = warp_max(best);
