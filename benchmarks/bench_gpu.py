@@ -18,7 +18,6 @@ LEANBAL an experiment: LEAN_PLAN on, then also the balanced kernel's KV threshol
 NOSPLIT an experiment: decode graphs padded past FlashInfer's partition-KV sizes (P2 at 64-128, P1)
 PAGEDP1 P1 with page_size 16, FlashInfer pages on / off, alternated twice
 PAGED an experiment: page_size 16 (FlashInfer reads pages), then also the tensor-core kernel for even steps (P2, P1 each)
-TCWHOLE an experiment: the tensor-core kernel for every decode step, its graph plans unsplit (TC_WHOLE_MIN_BS), pages of 1 and 16
 P1B where P1's time goes: decode steps against their own floors by batch size, prefill / mixed apart
 PF  prefill of the anchors' 256 prompts against its compute floor (bf16 matmul rate measured in the run)
 tokens  greedy tokens with the fused kernels on vs off over P4's 64-request workload
@@ -514,29 +513,6 @@ def paged_p1(bw: float) -> None:
         fib.PAGES = saved
 
 
-def tc_whole(bw: float) -> None:
-    """Experiment: every decode step of 64+ requests through the tensor-core kernel (UNEVEN 1.0), its CUDA graphs'
-    plans not split into KV chunks from TC_WHOLE_MIN_BS requests on. attn_pages.py read that kernel alone (planned
-    outside graph mode) at 254.9 us a layer for 256 x 1,024 keys in pages of 16, against 265.9 for the CUDA-core
-    kernel in the engine's graph; in the engine (graph mode, split as its planner likes) it gave only 9.285 ms against
-    9.328. The default engine first, as the baseline of the same run."""
-    import gc
-
-    import minisgl_edu.attention.flashinfer as fib
-    saved = fib.UNEVEN, fib.TC_WHOLE_MIN_BS
-    try:
-        # session 19 call 1 ran the default and ps16split (UNEVEN 1.0, split as the planner likes) and timed out
-        for tag, ps, uneven, whole in (("tcw_default", 1, saved[0], None), ("tcw_ps16whole", 16, 1.0, 128),
-                                       ("tcw_ps1whole", 1, 1.0, 128)):
-            print(f"\n{tag.upper()} experiment: page_size {ps}, UNEVEN {uneven}, TC_WHOLE_MIN_BS {whole}", flush=True)
-            fib.UNEVEN, fib.TC_WHOLE_MIN_BS = uneven, whole
-            experiment(bw, tag, (128, 256), page_size=ps)
-            gc.collect()
-            torch.cuda.empty_cache()
-    finally:
-        fib.UNEVEN, fib.TC_WHOLE_MIN_BS = saved
-
-
 def split_sizes(eng, ctx: int = 1024) -> dict[int, bool]:
     """For each captured decode size, whether FlashInfer's planner gives its CUDA graph the partition-KV kernel (and a
     merge) for that many requests of `ctx` keys: in CUDA-graph mode it always does so while size x kv_heads CTAs fit
@@ -830,14 +806,14 @@ def main() -> None:
             gemv_sweep(bw)
         if "splitk" in args.parts:
             split_k_sweep(bw)
-        if {"lt", "nogemv", "gemvrow", "tc", "nobal", "leanbal", "paged", "nosplit", "pagedp1", "tcwhole"} & set(args.parts):
+        if {"lt", "nogemv", "gemvrow", "tc", "nobal", "leanbal", "paged", "nosplit", "pagedp1"} & set(args.parts):
             del llm
             import gc
             gc.collect()
             torch.cuda.empty_cache()
             for name, fn in (("lt", blaslt), ("nogemv", no_gemv), ("gemvrow", gemv_row), ("tc", tensor_core_decode),
                              ("nobal", no_balanced), ("leanbal", lean_balanced), ("paged", paged),
-                             ("nosplit", no_split), ("pagedp1", paged_p1), ("tcwhole", tc_whole)):
+                             ("nosplit", no_split), ("pagedp1", paged_p1)):
                 if name in args.parts:
                     try:
                         fn(bw)

@@ -12,7 +12,7 @@ from site_build import build_site
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = ROOT / "chapters"
 # ```python title="minisgl_edu/x.py" ... ```: an excerpt of that file; a line "..." skips code
-EXCERPT = re.compile(r'^```python title="([^"]+)"\n(.*?)^```', re.M | re.S)
+EXCERPT = re.compile(r'^```(?:python|cuda) title="([^"]+)"\n(.*?)^```', re.M | re.S)
 
 
 def _chunks(body: str) -> list[list[str]]:

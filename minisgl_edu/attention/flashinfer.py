@@ -58,11 +58,6 @@ PAGES = True
 # shapes in one wrapper) is not. On the H200 `bench_gpu.py p1 p1b` died of an illegal memory access there twice without
 # the fence (never under CUDA_LAUNCH_BLOCKING) and ran clean with it; a smaller check did not catch the race either way
 PLAN_FENCE = True
-# a CUDA graph's tensor-core decode plan for at least this many requests is not split into KV chunks
-# (disable_split_kv), or None: FlashInfer's graph-mode planner decides (the default). In graph mode that planner
-# splits wherever the grid allows; with requests x KV heads CTAs already filling it, the chunks and their merge are
-# extra work (an experiment: bench_gpu.py tcwhole)
-TC_WHOLE_MIN_BS: int | None = None
 
 
 def balanced_step(seq_lens: np.ndarray, size: int, kv_bytes_per_token: int) -> bool:
@@ -176,12 +171,9 @@ class FlashInferBackend(AttentionBackend):
                 lean_plan(w, args, self.q_heads, self.kv_heads, self.head_dim, prefill=False)
             else:
                 pg = page_args(args, self.page_size)
-                whole = TC_WHOLE_MIN_BS is not None and w.use_tensor_cores and w.is_cuda_graph_enabled and \
-                    len(args.seq_lens_k) >= TC_WHOLE_MIN_BS
                 w.plan(pg.indptr, pg.indices, pg.last_page_len, head_dim=self.head_dim, seq_lens=args.seq_lens_k,
                        num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=self.page_size,
-                       q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True,
-                       **({"disable_split_kv": True} if whole else {}))
+                       q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True)
         return w
 
     def plan(self, batch: Batch, args: KernelArgs) -> FIMetadata:
