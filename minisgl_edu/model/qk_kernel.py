@@ -149,7 +149,9 @@ def kv_indices(page_table: torch.Tensor, rows: torch.Tensor, cu_k: torch.Tensor,
 
 
 GREEDY_CHUNK = 4096  # logits of one row a block of 128 threads reduces (four 16-byte loads each): 38 blocks a row of 151,936
-_TICKETS: dict[int, torch.Tensor] = {}  # device index -> greedy_argmax's per-row counters, zero between launches
+# (device index, stream) -> greedy_argmax's per-row counters, zero between launches. One set per stream: launches on
+# one stream run one after the other, but two engines' streams (a test comparing two) may run theirs side by side
+_TICKETS: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def greedy(logits: torch.Tensor, rows: torch.Tensor | None = None, pos: torch.Tensor | None = None,
@@ -167,9 +169,10 @@ def greedy(logits: torch.Tensor, rows: torch.Tensor | None = None, pos: torch.Te
     if token_pool is not None:
         assert token_pool.dtype == torch.int32 and token_pool.stride(1) == 1 and rows.dtype == pos.dtype == torch.int64
     idx = logits.device.index if logits.device.index is not None else torch.cuda.current_device()
-    tickets = _TICKETS.get(idx)
+    key = (idx, torch.cuda.current_stream(logits.device).cuda_stream)
+    tickets = _TICKETS.get(key)
     if tickets is None or len(tickets) < n:
-        tickets = _TICKETS[idx] = torch.zeros(max(n, 512), dtype=torch.int32, device=logits.device)
+        tickets = _TICKETS[key] = torch.zeros(max(n, 512), dtype=torch.int32, device=logits.device)
     chunks = -(-vocab // GREEDY_CHUNK)
     partial = torch.empty(n * chunks, dtype=torch.int64, device=logits.device)
     vec = vocab % 8 == 0 and logits.data_ptr() % 16 == 0

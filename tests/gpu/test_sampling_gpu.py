@@ -133,3 +133,23 @@ def test_greedy_kernel_writes_the_token_pool_and_runs_again():
         assert torch.equal(tokens, want)
         before[rows, pos] = want
         assert torch.equal(pool, before)
+
+
+def test_greedy_kernel_on_two_streams_at_once():
+    """Two streams launching the kernel back to back without waiting for each other (two engines in one process)
+    each get torch.argmax's tokens: each stream has its own row counters."""
+    from minisgl_edu.model.qk_kernel import greedy
+    if greedy(torch.zeros(1, 8, dtype=torch.bfloat16, device="cuda")) is None:
+        pytest.skip("no greedy.cubin (scripts/build_fi_extra_kernels.sh) or not an sm_90 device")
+    g = torch.Generator(device="cuda").manual_seed(1)
+    xs = [torch.randn(256, 151936, generator=g, device="cuda").to(torch.bfloat16) for _ in range(4)]
+    wants = [x.argmax(-1).to(torch.int32) for x in xs]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    torch.cuda.synchronize()
+    outs = []
+    for _ in range(10):
+        for i, x in enumerate(xs):
+            with torch.cuda.stream(streams[i % 2]):
+                outs.append((i, greedy(x)))
+    torch.cuda.synchronize()
+    assert all(torch.equal(t, wants[i]) for i, t in outs)
