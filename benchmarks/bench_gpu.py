@@ -771,6 +771,10 @@ def main() -> None:
     ap.add_argument("parts", nargs="*", default=["p1", "p2", "p4", "p2x"])
     ap.add_argument("--baseline", choices=["hf"], default=None, help="re-measure transformers generate (~200 s)")
     args = ap.parse_args()
+    import signal
+    # `timeout` stops a run with SIGTERM: leave through the finally below, so the rows measured so far are written
+    # (session 19 lost two experiments' rows to it)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     torch.manual_seed(0)
     bw = copy_bandwidth()
     record("copy_bandwidth", bw / 1e12, "TB/s", None, "device-to-device copy of 2 GiB, read + write bytes, median of 10")
