@@ -70,7 +70,6 @@ def test_kernel_args_follow_the_ledger():
     assert set((padded.kv_indices[16:] // 2).tolist()) == {pool.num_pages}
 
 
-
 def expands_to_slots(pg, args, ps: int) -> bool:
     """Do the pages, expanded back (page * ps + offset, below each lane's tokens), give kernel_args' slots exactly?"""
     cu_k, cu_p = args.cu_seqlens_k.tolist(), pg.indptr.tolist()
@@ -124,6 +123,7 @@ def test_page_args_read_the_same_slots_in_pages():
     one = kernel_args(reqs, pool)
     same = page_args(one, 1)  # pages of one token: kernel_args' own arrays, not copies
     assert same.indices is one.kv_indices and same.indptr is one.cu_seqlens_k and same.last_page_len is one.last_page_len
+
 
 def test_prefill_graph_lanes_and_the_slack_lane():
     """A prefill graph's arguments (graphs.py): the prompts in the first lanes, padding lanes of one token, and the
