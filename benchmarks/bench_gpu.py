@@ -766,11 +766,19 @@ def write_results() -> None:
     md.write_text(text)
 
 
+# experiments: each builds its own engine, after the default one is freed
+EXPERIMENTS = {"lt": blaslt, "nogemv": no_gemv, "gemvrow": gemv_row, "tc": tensor_core_decode, "nobal": no_balanced,
+               "leanbal": lean_balanced, "paged": paged, "nosplit": no_split, "pagedp1": paged_p1}
+PARTS = {"p1", "p1b", "p2", "p4", "pf", "tokens", "lean", "gemm", "gemv", "splitk", "p2x", *EXPERIMENTS}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("parts", nargs="*", default=["p1", "p2", "p4", "p2x"])
+    ap.add_argument("parts", nargs="*", default=["p1", "p2", "p4", "p2x"], help=f"any of {sorted(PARTS)}")
     ap.add_argument("--baseline", choices=["hf"], default=None, help="re-measure transformers generate (~200 s)")
     args = ap.parse_args()
+    if unknown := set(args.parts) - PARTS:  # a misspelt part would otherwise measure nothing, silently
+        ap.error(f"unknown parts {sorted(unknown)}; choose from {sorted(PARTS)}")
     import signal
     # `timeout` stops a run with SIGTERM: leave through the finally below, so the rows measured so far are written
     # (session 19 lost two experiments' rows to it)
@@ -810,14 +818,12 @@ def main() -> None:
             gemv_sweep(bw)
         if "splitk" in args.parts:
             split_k_sweep(bw)
-        if {"lt", "nogemv", "gemvrow", "tc", "nobal", "leanbal", "paged", "nosplit", "pagedp1"} & set(args.parts):
+        if EXPERIMENTS.keys() & set(args.parts):
             del llm
             import gc
             gc.collect()
             torch.cuda.empty_cache()
-            for name, fn in (("lt", blaslt), ("nogemv", no_gemv), ("gemvrow", gemv_row), ("tc", tensor_core_decode),
-                             ("nobal", no_balanced), ("leanbal", lean_balanced), ("paged", paged),
-                             ("nosplit", no_split), ("pagedp1", paged_p1)):
+            for name, fn in EXPERIMENTS.items():
                 if name in args.parts:
                     try:
                         fn(bw)

@@ -163,7 +163,9 @@ class FlashInferBackend(AttentionBackend):
             ev.synchronize()
         yield
         if PLAN_FENCE:
-            self.planned.setdefault(id(w), torch.cuda.Event()).record()  # after the plan's copy, on this stream
+            if ev is None:  # one event per wrapper, made at its first plan
+                ev = self.planned[id(w)] = torch.cuda.Event()
+            ev.record()  # after the plan's copy, on this stream
 
     def _plan_decode(self, args: KernelArgs, w):
         with self.fenced(w):
