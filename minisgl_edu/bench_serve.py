@@ -702,22 +702,36 @@ def step_median(buckets: list[tuple[float, float]], q: float = 0.5) -> float | N
     return None
 
 
+def merge_buckets(phases: list[list[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """One histogram of every phase's steps: the cumulative counts added bound by bound (the phases share
+    STEP_BUCKETS, so their bounds are the same)."""
+    total: dict[float, float] = {}
+    for b in phases:
+        for le, cum in b:
+            total[le] = total.get(le, 0) + cum
+    return sorted(total.items())
+
+
 def bench_serve_timed(a, url: str) -> dict:
     """bench_serve, plus the server's step time by phase during this run (ms, from /metrics): the mean (step_ms)
-    and the median (step_median_ms, from the histogram's buckets)."""
+    and the median (step_median_ms, from the histogram's buckets); and the p99 of all steps together
+    (step_p99_ms): beside the client's ITL p99 it says whether a slow token was a slow step or a slow delivery."""
     before = step_totals(url)
     s = bench_serve(a)
     s.pop("config")
     after = step_totals(url)
-    s["step_ms"], s["step_median_ms"] = {}, {}
+    s["step_ms"], s["step_median_ms"], deltas = {}, {}, []
     for p, (t, n, b) in after.items():
         t0, n0, b0 = before.get(p, (0, 0, []))
         if n > n0:
             s["step_ms"][p] = 1e3 * (t - t0) / (n - n0)
             was = dict(b0)
-            med = step_median([(le, c - was.get(le, 0)) for le, c in b])
+            deltas.append([(le, c - was.get(le, 0)) for le, c in b])
+            med = step_median(deltas[-1])
             if med is not None:
                 s["step_median_ms"][p] = 1e3 * med
+    if deltas and (p99 := step_median(merge_buckets(deltas), 0.99)) is not None:
+        s["step_p99_ms"] = 1e3 * p99
     return s
 
 

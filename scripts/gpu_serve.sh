@@ -5,6 +5,7 @@
 # gpu_serve.json (both models, what notebook 09's plot_load_curve reads).
 #   bash scripts/gpu_serve.sh                     # SmolLM2-135M and Qwen3-0.6B architectures, dummy weights
 #   GPU_SERVE_TINY=1 DEVICE=cpu bash scripts/gpu_serve.sh   # a dry run with tiny sizes (checks the script)
+#   GPU_SERVE_MODELS=smollm2-135m GPU_SERVE_RATES=0.5x,0.5x,0.5x bash scripts/gpu_serve.sh   # one model, the target rate thrice
 set -uo pipefail
 source "$(dirname "$0")/gpu_env.sh"
 LOG=$OUT/gpu_serve.log
@@ -20,7 +21,7 @@ fi
 run python3 -c "import torch, httpx; print('torch', torch.__version__, 'commit', '${MINISGL_COMMIT:-?}')"
 python3 -c "import prometheus_client" 2>/dev/null || echo "WARNING: no prometheus_client: /metrics answers 503, step_ms stays empty (bundle.sh prometheus_client)" | tee -a "$LOG"
 
-for model in smollm2-135m qwen3-0.6b; do
+for model in ${GPU_SERVE_MODELS:-smollm2-135m qwen3-0.6b}; do
     extra=$SERVE_EXTRA
     [ "$model" = qwen3-0.6b ] && extra="$extra --skip-tokenizer-init"  # its folder has no tokenizer
     run timeout "$LIMIT" python3 -m minisgl_edu.bench compare --model-path "benchmarks/configs/$model" \
@@ -49,7 +50,8 @@ for m, r in allres["models"].items():
         print(f"  {s['request_rate']:7.2f} req/s: {s['output_throughput']:8.0f} tok/s  TTFT p50/p99 {s['ttft_ms']['median']:7.1f}/"
               f"{s['ttft_ms']['p99']:7.1f} ms  ITL p50/p99 {s['itl_ms']['median']:6.2f}/{s['itl_ms']['p99']:6.2f} ms  "
               f"decode step mean/median {s['step_ms'].get('decode', float('nan')):.2f}/"
-              f"{s.get('step_median_ms', {}).get('decode', float('nan')):.2f} ms  failed {s['failed']}")
+              f"{s.get('step_median_ms', {}).get('decode', float('nan')):.2f} ms  step p99 {s.get('step_p99_ms', float('nan')):.2f} ms  "
+              f"failed {s['failed']}")
 PY
 tar -czf "$OUT/gpu_serve.tgz" -C "$OUT" $(cd "$OUT" && ls serve_*.json serve_*.log gpu_serve.json gpu_serve.log 2>/dev/null)  # one file back
 echo "gpu_serve: exit status $status" | tee -a "$LOG"

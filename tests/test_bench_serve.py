@@ -376,6 +376,7 @@ def test_bench_against_the_cpu_server_completes_without_failures(tmp_path):
     assert serve["ttft_ms"]["median"] > 0 and serve["itl_ms"]["median"] > 0
     assert res["ratio_serve"]["median"] > 0 and run["serve"]["step_ms"].get("decode", 0) > 0
     assert run["serve"]["step_median_ms"].get("decode", 0) > 0  # from the step histogram's buckets
+    assert run["serve"]["step_p99_ms"] >= run["serve"]["step_median_ms"]["decode"]  # every phase's steps together
 
 
 def step_median_upper_bound(buckets, q=0.5):
@@ -409,3 +410,37 @@ def test_step_median_from_the_servers_own_buckets(median):
         assert step_median([(0.001, 0), (math.inf, 3)]) is None  # in the +Inf bucket: no bound to interpolate to
     else:  # the mutant is off by most of a bucket
         assert abs(got - true) > 1e-5
+
+
+def merge_buckets_by_max(phases):
+    """The wrong merge, kept: each bound's largest cumulative count (one phase's steps hide the others')."""
+    total = {}
+    for b in phases:
+        for le, cum in b:
+            total[le] = max(total.get(le, 0), cum)
+    return sorted(total.items())
+
+
+@pytest.mark.parametrize("merge", ["sum", "max"])
+def test_step_p99_over_every_phase(merge):
+    """step_p99_ms: the 0.99 quantile of decode and mixed steps together, from their two histograms; the mixed
+    steps are 3 % of the steps, so the p99 is a mixed step's time, not a decode step's."""
+    import itertools
+
+    from minisgl_edu.bench_serve import merge_buckets, step_median
+    from minisgl_edu.server.metrics import STEP_BUCKETS, Histogram
+    rnd = random.Random(1)
+    decode = [rnd.uniform(1.30e-3, 1.45e-3) for _ in range(970)]
+    mixed = [rnd.uniform(2.60e-3, 2.70e-3) for _ in range(30)]
+    phases = []
+    for samples in (decode, mixed):
+        h = Histogram(STEP_BUCKETS)
+        for v in samples:
+            h.observe(v)
+        phases.append(list(zip(STEP_BUCKETS + (math.inf,), itertools.accumulate(h.counts))))
+    got = step_median((merge_buckets if merge == "sum" else merge_buckets_by_max)(phases), 0.99)
+    true = sorted(decode + mixed)[989]
+    if merge == "sum":
+        assert abs(got - true) < 1e-4, (got, true)  # inside the 0.1 ms bucket that holds it
+    else:  # the mutant sees only the decode steps
+        assert got < 1.5e-3
