@@ -373,16 +373,17 @@ def unshard(parts: list[list]) -> list:
 
 def _load_shard(conn, base_url: str, reqs: list[BenchRequest], arrivals: list[float], kwargs: dict) -> None:
     """One client process of `run_load_sharded`: ready -> the shared start -> ticks -> its results and CPU seconds."""
-    cpu0 = [0.0]
+    cpu0 = 0.0
     try:
         def start_at() -> float:
+            nonlocal cpu0
             conn.send(("ready",))
             t0 = conn.recv()
-            cpu0[0] = time.process_time()  # the load's CPU from here: the process's start (imports, ~1 s) is not it
+            cpu0 = time.process_time()  # the load's CPU from here: the process's start (imports, ~1 s) is not it
             return t0
         results, _ = asyncio.run(run_load(base_url, reqs, progress=False, arrivals=arrivals, start_at=start_at,
                                           on_done=lambda: conn.send(("tick",)), **kwargs))
-        conn.send(("done", results, time.perf_counter(), time.process_time() - cpu0[0]))
+        conn.send(("done", results, time.perf_counter(), time.process_time() - cpu0))
     except BaseException as e:  # the parent must hear of it, not wait for ever
         conn.send(("error", f"{type(e).__name__}: {e}"))
     finally:
