@@ -8,6 +8,8 @@ same tokens, finish reasons and logprobs either way.
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -181,20 +183,25 @@ def test_host_threads_for_every_process_kind(monkeypatch):
 
 
 def test_child_env_sets_only_what_is_unset_and_restores(monkeypatch):
-    """The launcher starts CPU ranks with a short OpenMP spin in their environment (rank_env), unless the user chose a
-    wait policy or a spin count; child_env sets only what is unset, and restores."""
+    """The launcher starts CPU ranks with an OpenMP spin in their environment (rank_env): libgomp's long default when
+    their cores are quiet at launch, the short one when busy or unknown; unless the user chose a wait policy or a spin
+    count. child_env sets only what is unset, and restores."""
     import os
 
-    from minisgl_edu.server.launcher import child_env, rank_env
+    from minisgl_edu.server.launcher import LONG_SPIN, SHORT_SPIN, child_env, rank_env
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
-    assert rank_env("cpu") == {"GOMP_SPINCOUNT": "1000"} and rank_env("cuda") == {}
-    with child_env(**rank_env("cpu")):
-        assert os.environ["GOMP_SPINCOUNT"] == "1000"
+    assert rank_env("cpu", probe=lambda: 0.1) == {"GOMP_SPINCOUNT": LONG_SPIN}  # quiet
+    assert rank_env("cpu", probe=lambda: 1.9) == {"GOMP_SPINCOUNT": SHORT_SPIN}  # two busy loops beside it
+    assert rank_env("cpu", probe=lambda: None) == {"GOMP_SPINCOUNT": SHORT_SPIN}  # no /proc/stat: the safe one
+    assert rank_env("cuda", probe=lambda: 1 / 0) == {}  # a GPU rank is not probed
+    with child_env(**rank_env("cpu", probe=lambda: 2.0)):
+        assert os.environ["GOMP_SPINCOUNT"] == SHORT_SPIN
     assert "GOMP_SPINCOUNT" not in os.environ
     monkeypatch.setenv("GOMP_SPINCOUNT", "5")
+    assert rank_env("cpu", probe=lambda: 1 / 0) == {}  # the user's count wins, unprobed
     with child_env(**rank_env("cpu")):
-        assert os.environ["GOMP_SPINCOUNT"] == "5"  # the user's count wins
+        assert os.environ["GOMP_SPINCOUNT"] == "5"
     monkeypatch.delenv("GOMP_SPINCOUNT")
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # a policy chosen (this suite's conftest): no spin count added
     assert rank_env("cpu") == {}
@@ -206,6 +213,57 @@ def test_child_env_sets_only_what_is_unset_and_restores(monkeypatch):
     with child_env(OMP_WAIT_POLICY="PASSIVE"):
         assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"  # the user's choice wins
     assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+STAT_BEFORE = """cpu  3100 0 300 5000 100 0 0 0 0 0
+cpu0 3000 0 200 1000 50 0 0 0 0 0
+cpu1 100 0 100 4000 50 0 0 0 0 0
+intr 12345
+"""
+STAT_AFTER = """cpu  3180 0 320 5090 110 0 0 0 0 0
+cpu0 3000 0 200 1090 60 0 0 0 0 0
+cpu1 180 0 120 4000 50 0 0 0 0 0
+intr 12399
+"""  # 0.2 s at 100 Hz later: core 0 idle (90 idle + 10 iowait of 100), core 1 busy (80 user + 20 system)
+
+
+def busy_since_boot(before, after, cores):  # wrong: reads the totals since boot, not what the cores do now
+    return sum(1 - after[c][0] / after[c][1] for c in cores)
+
+
+def busy_all_cores(before, after, cores):  # wrong: counts every core, not the rank's own
+    from minisgl_edu.server.launcher import busy_between
+    return busy_between(before, after, after.keys())
+
+
+def test_cores_busy_reads_the_change_in_proc_stat():
+    """What the launcher's spin choice rests on: /proc/stat's per-core lines, differenced. Core 1 turned busy after a
+    long idle life and core 0 idle after a busy one; the wrong readings kept here get that (or the cores) wrong."""
+    from minisgl_edu.server.launcher import BUSY_CORES, busy_between, core_times
+    before, after = core_times(STAT_BEFORE), core_times(STAT_AFTER)
+    assert before == {0: (1050, 1050 + 3200), 1: (4050, 4050 + 200)}  # (idle incl. iowait, all); the "cpu" total left out
+    assert busy_between(before, after, {0, 1}) == pytest.approx(1.0)
+    assert busy_between(before, after, {1}) == pytest.approx(1.0)
+    assert busy_between(before, after, {0}) == pytest.approx(0.0)  # a rank pinned to core 0 spins long
+    assert busy_between(before, before, {0, 1}) == 0.0  # no time passed: nothing known to be busy
+    for wrong in (busy_since_boot, busy_all_cores):  # both would make the rank on core 0 spin short
+        assert wrong(before, after, {0}) >= BUSY_CORES
+
+
+def test_cores_busy_sees_a_busy_loop():
+    """The probe itself on this machine: a process spinning on a core reads as (at least most of) a busy core."""
+    import subprocess
+    import sys
+
+    from minisgl_edu.server.launcher import BUSY_CORES, cores_busy
+    loop = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 5: pass"])
+    try:
+        time.sleep(0.3)  # past its interpreter's start
+        busy = cores_busy(0.3)
+    finally:
+        loop.kill()
+        loop.wait()
+    assert busy is not None and busy >= BUSY_CORES
 
 
 def test_host_threads_is_applied_by_the_engine(tiny):

@@ -79,15 +79,60 @@ def start_workers(cfg: SchedulerConfig, frontend: bool = True) -> Workers:
     return workers
 
 
-def rank_env(device: str) -> dict[str, str]:
-    """What a scheduler rank's environment gains: on the CPU its OpenMP threads spin 1000 of libgomp's turns (~10 us)
-    before they sleep, long enough for the gaps between one forward's operators, short enough to leave the cores to the
-    API and tokenizers beside it (config.host_threads_for). On 2 cores that served 1.04-1.22x the tokens/s of sleeping
-    at once (OMP_WAIT_POLICY=PASSIVE, the twin), quiet and beside two busy loops alike, where 10,000 turns lost ~40 %
-    (issue 18). A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins."""
-    if device != "cpu" or "OMP_WAIT_POLICY" in os.environ:
+SHORT_SPIN, LONG_SPIN = "1000", "300000"  # libgomp's turns before a waiting thread sleeps; the long one is its default
+BUSY_CORES = 0.5  # the rank's cores busy with other work at launch (cores' worth) from which it spins short
+
+
+def rank_env(device: str, probe=None) -> dict[str, str]:
+    """What a scheduler rank's environment gains: on the CPU, how long its OpenMP threads spin before they sleep, chosen
+    by how busy the rank's cores are as it starts (`probe`, default cores_busy). On a quiet machine libgomp's own long
+    spin: the gaps between one forward's operators are longer than 1000 turns on some hosts (an Intel Xeon's forward ran
+    ~25 % slower with them). Beside busy work the short spin, which leaves the cores to it: on 2 cores 10,000 turns lost
+    ~40 % there, 1000 none (issue 18). Unknown (no /proc/stat): short. A user's own OMP_WAIT_POLICY or GOMP_SPINCOUNT wins."""
+    if device != "cpu" or "OMP_WAIT_POLICY" in os.environ or "GOMP_SPINCOUNT" in os.environ:
         return {}
-    return {"GOMP_SPINCOUNT": "1000"}
+    busy = (probe or cores_busy)()
+    spin = LONG_SPIN if busy is not None and busy < BUSY_CORES else SHORT_SPIN
+    log.info("CPU ranks: %s of this process's cores busy at launch, so their OpenMP threads spin %s turns",
+             "unknown" if busy is None else f"{busy:.2f}", spin)
+    return {"GOMP_SPINCOUNT": spin}
+
+
+def core_times(stat: str) -> dict[int, tuple[int, int]]:
+    """/proc/stat's text -> {core: (idle jiffies, all jiffies)} from its per-core lines; waiting on I/O counts as idle,
+    time the hypervisor gave to another machine (steal) as busy."""
+    out = {}
+    for line in stat.splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name[3:].isdigit():
+            v = [int(x) for x in fields[:8]]  # user nice system idle iowait irq softirq steal (guest is inside user)
+            out[int(name[3:])] = (v[3] + v[4], sum(v))
+    return out
+
+
+def busy_between(before: dict[int, tuple[int, int]], after: dict[int, tuple[int, int]], cores) -> float:
+    """Cores' worth of busy time on `cores` between two core_times readings: the counters are totals since boot, so
+    only their difference says what the cores are doing now."""
+    busy = 0.0
+    for c in cores:
+        if c in before and c in after and after[c][1] > before[c][1]:
+            busy += 1 - (after[c][0] - before[c][0]) / (after[c][1] - before[c][1])
+    return busy
+
+
+def cores_busy(seconds: float = 0.2) -> float | None:
+    """How many of this process's cores other work keeps busy, read from /proc/stat `seconds` apart (None: no
+    /proc/stat, as on macOS)."""
+    try:
+        cores = os.sched_getaffinity(0)
+        with open("/proc/stat") as f:
+            before = core_times(f.read())
+        time.sleep(seconds)  # this process sleeps, so what the counters show is everything else
+        with open("/proc/stat") as f:
+            after = core_times(f.read())
+    except (OSError, AttributeError, ValueError):
+        return None
+    return busy_between(before, after, cores)
 
 
 @contextmanager
