@@ -122,9 +122,9 @@ def host_threads_for(cfg: EngineConfig, device_type: str, rank_process: bool = F
         return min(4, os.cpu_count() or 1)
     if device_type == "cpu" and rank_process:
         # ranks share the cores. The API, tokenizer and detokenizer are mostly idle beside a CPU forward, so a rank
-        # takes its whole share; its OpenMP threads spin only briefly before they sleep (server.launcher.rank_env),
-        # which is what made a core fewer unnecessary: on 2 cores, 0.95x offline against 0.74x with one thread, and
-        # no worse beside two busy loops (issue 18; threads spinning libgomp's default ~3 ms there were ~9x slower)
+        # takes its whole share; its OpenMP threads spin briefly before they sleep when its cores are busy at launch
+        # (server.launcher.rank_env), which is what made a core fewer unnecessary: on 2 cores, 0.95x offline against
+        # 0.74x with one thread, and no worse beside two busy loops (issue 18; libgomp's long spin there: ~9x slower)
         return max(1, (os.cpu_count() or 1) // getattr(cfg, "tp", 1))
     return None  # an offline CPU engine: the whole machine is its own
 
