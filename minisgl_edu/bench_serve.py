@@ -691,7 +691,7 @@ def step_totals(url: str) -> dict:
     return {p: (sums[p], counts[p], sorted(buckets.get(p, []))) for p in sums if p in counts}
 
 
-def step_median(buckets: list[tuple[float, float]], q: float = 0.5) -> float | None:
+def histogram_quantile(buckets: list[tuple[float, float]], q: float = 0.5) -> float | None:
     """The q-quantile of a Prometheus histogram, given as sorted (upper bound, cumulative count) pairs, by linear
     interpolation inside the bucket that holds it (PromQL's histogram_quantile); None when it is empty or lies
     in the +Inf bucket."""
@@ -731,10 +731,10 @@ def bench_serve_timed(a, url: str) -> dict:
             s["step_ms"][p] = 1e3 * (t - t0) / (n - n0)
             was = dict(b0)
             deltas.append([(le, c - was.get(le, 0)) for le, c in b])
-            med = step_median(deltas[-1])
+            med = histogram_quantile(deltas[-1])
             if med is not None:
                 s["step_median_ms"][p] = 1e3 * med
-    if deltas and (p99 := step_median(merge_buckets(deltas), 0.99)) is not None:
+    if deltas and (p99 := histogram_quantile(merge_buckets(deltas), 0.99)) is not None:
         s["step_p99_ms"] = 1e3 * p99
     return s
 

@@ -328,6 +328,32 @@ def test_client_shards_keep_order_failures_and_the_arrival_schedule(stub_url):
         parse_args(["serve", "--client-procs", "0"])
 
 
+def load_shard_whole_life(conn, base_url, reqs, arrivals, kwargs):
+    """The wrong client process, kept: it reports its CPU since it started (its imports included), not the load's."""
+    from minisgl_edu.bench_serve import run_load
+
+    def start_at():
+        conn.send(("ready",))
+        return conn.recv()
+    results, _ = asyncio.run(run_load(base_url, reqs, progress=False, arrivals=arrivals, start_at=start_at,
+                                      on_done=lambda: conn.send(("tick",)), **kwargs))
+    conn.send(("done", results, time.perf_counter(), time.process_time()))
+    conn.close()
+
+
+@pytest.mark.parametrize("count", ["from the start", "whole life"])
+def test_client_cpu_is_the_loads_not_the_imports(stub_url, monkeypatch, count):
+    """`--client-procs`: each client process reports the CPU of the load, from the shared start on. A process
+    that counts its whole life reports its imports (~1 s of CPU each) for ten small requests."""
+    from minisgl_edu import bench_serve
+    if count == "whole life":
+        monkeypatch.setattr(bench_serve, "_load_shard", load_shard_whole_life)
+    reqs = [BenchRequest([0] + [1] * 5, 6, 4) for _ in range(10)]
+    results, duration, cpu = run_load_sharded(stub_url, reqs, 3, progress=False)
+    assert summarize(results, duration)["completed"] == 10
+    assert (0 < cpu < 1.0) == (count == "from the start"), cpu
+
+
 def unshard_in_blocks(parts):
     """The wrong inverse, kept: the shares concatenated, as if each process had taken a contiguous block."""
     return [x for part in parts for x in part]
@@ -380,7 +406,7 @@ def test_bench_against_the_cpu_server_completes_without_failures(tmp_path):
     assert run["serve"]["step_p99_ms"] >= run["serve"]["step_median_ms"]["decode"]  # every phase's steps together
 
 
-def step_median_upper_bound(buckets, q=0.5):
+def quantile_upper_bound(buckets, q=0.5):
     """The wrong median, kept: the upper bound of the bucket that holds it, with no interpolation."""
     total = buckets[-1][1]
     return next(le for le, cum in buckets if cum >= q * total)
@@ -394,7 +420,7 @@ def test_step_median_from_the_servers_own_buckets(median):
     import itertools
     import statistics
 
-    from minisgl_edu.bench_serve import step_median
+    from minisgl_edu.bench_serve import histogram_quantile
     from minisgl_edu.server.metrics import STEP_BUCKETS, Histogram
     rnd = random.Random(0)
     samples = [rnd.uniform(1.30e-3, 1.45e-3) for _ in range(1000)] + [2.5e-3] * 50  # decode steps, a few mixed
@@ -402,13 +428,13 @@ def test_step_median_from_the_servers_own_buckets(median):
     for v in samples:
         h.observe(v)
     buckets = list(zip(STEP_BUCKETS + (math.inf,), itertools.accumulate(h.counts)))
-    got = (step_median if median == "interpolated" else step_median_upper_bound)(buckets)
+    got = (histogram_quantile if median == "interpolated" else quantile_upper_bound)(buckets)
     true = statistics.median(samples)
     assert abs(statistics.mean(samples) - true) > 4e-5  # the mean is not the median here
     if median == "interpolated":
         assert abs(got - true) < 1e-5, (got, true)
-        assert step_median([]) is None and step_median([(0.001, 0), (math.inf, 0)]) is None
-        assert step_median([(0.001, 0), (math.inf, 3)]) is None  # in the +Inf bucket: no bound to interpolate to
+        assert histogram_quantile([]) is None and histogram_quantile([(0.001, 0), (math.inf, 0)]) is None
+        assert histogram_quantile([(0.001, 0), (math.inf, 3)]) is None  # in the +Inf bucket: no bound to interpolate to
     else:  # the mutant is off by most of a bucket
         assert abs(got - true) > 1e-5
 
@@ -428,7 +454,7 @@ def test_step_p99_over_every_phase(merge):
     steps are 3 % of the steps, so the p99 is a mixed step's time, not a decode step's."""
     import itertools
 
-    from minisgl_edu.bench_serve import merge_buckets, step_median
+    from minisgl_edu.bench_serve import histogram_quantile, merge_buckets
     from minisgl_edu.server.metrics import STEP_BUCKETS, Histogram
     rnd = random.Random(1)
     decode = [rnd.uniform(1.30e-3, 1.45e-3) for _ in range(970)]
@@ -439,7 +465,7 @@ def test_step_p99_over_every_phase(merge):
         for v in samples:
             h.observe(v)
         phases.append(list(zip(STEP_BUCKETS + (math.inf,), itertools.accumulate(h.counts))))
-    got = step_median((merge_buckets if merge == "sum" else merge_buckets_by_max)(phases), 0.99)
+    got = histogram_quantile((merge_buckets if merge == "sum" else merge_buckets_by_max)(phases), 0.99)
     true = sorted(decode + mixed)[989]
     if merge == "sum":
         assert abs(got - true) < 1e-4, (got, true)  # inside the 0.1 ms bucket that holds it
