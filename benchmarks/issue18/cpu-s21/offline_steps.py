@@ -1,3 +1,4 @@
+"""Session 21: the offline engine's step times (default model, seed 0 of bench compare's workload), one line."""
 import time, torch
 from minisgl_edu import LLM, SamplingParams
 from minisgl_edu.bench_serve import random_requests

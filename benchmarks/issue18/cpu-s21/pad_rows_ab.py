@@ -1,3 +1,4 @@
+"""Session 21: the engine's decode step with and without 8-15 rows padded to 16 in F.linear, interleaved (medians)."""
 import time, statistics, torch
 import torch.nn.functional as F
 from minisgl_edu import LLM

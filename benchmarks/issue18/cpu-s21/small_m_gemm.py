@@ -1,3 +1,5 @@
+"""Session 21: x @ W.T for 1-32 rows over SmolLM2-like weights (q|k|v as 576 -> 1728, gate|up, down, o_proj, LM head),
+float32 on this CPU, ms for the five products; then the same with one thread."""
 import torch, time
 torch.manual_seed(0)
 shapes = [(576, 576*3//1), (576, 1536*2), (1536, 576), (576, 576), (576, 49152)]
