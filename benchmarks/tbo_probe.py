@@ -30,7 +30,7 @@ EPS = 1e-6
 def main() -> None:
     import flashinfer
     from flashinfer.activation import silu_and_mul
-    from flashinfer.norm import fused_add_rmsnorm, rmsnorm
+    from flashinfer.norm import fused_add_rmsnorm
     ap = argparse.ArgumentParser()
     ap.add_argument("--bs", default="128,256")
     ap.add_argument("--ctx", type=int, default=1024)
@@ -104,23 +104,20 @@ def main() -> None:
         cur = torch.cuda.current_stream()
         hi.wait_stream(cur)
         lo.wait_stream(cur)
-        ev = lambda: torch.cuda.Event()
         for i in range(LAYERS):
-            done = {}
             for x in (a, b):
                 with torch.cuda.stream(hi):
                     if i > 0:
-                        hi.wait_event(x.attn_done)
+                        hi.wait_event(x.attn_done)  # its attention of layer i - 1
                         x.post(i - 1)
                     x.pre(i)
-                    ready = ev()
+                    ready = torch.cuda.Event()
                     ready.record(hi)
                 with torch.cuda.stream(lo):
                     lo.wait_event(ready)
                     x.attn(i)
-                    done[id(x)] = ev()
-                    done[id(x)].record(lo)
-                x.attn_done = done[id(x)]
+                    x.attn_done = torch.cuda.Event()
+                    x.attn_done.record(lo)
         with torch.cuda.stream(hi):
             for x in (a, b):
                 hi.wait_event(x.attn_done)
