@@ -11,7 +11,9 @@ import json
 import math
 import os
 import random
+import socket
 import statistics
+import struct
 import subprocess
 import sys
 import time
@@ -40,6 +42,9 @@ class RequestResult:
     e2e: float = 0.0
     itl: list[float] = field(default_factory=list)
     start: float = 0.0  # seconds from the benchmark's start
+    clock: str = "read"  # what ttft and itl were timed by: "kernel" (every read stamped on arrival) or "read"
+    ttft_read: float = 0.0  # the same two, timed by when this client's loop got to each read (the old clock)
+    itl_read: list[float] = field(default_factory=list)
 
 
 # ---- datasets ------------------------------------------------------------------------------------
@@ -117,20 +122,22 @@ def parse_sse_line(line: str):
 
 
 class SSEStats:
-    """What one stream's events said so far: token count, first-token and inter-token times, the end."""
+    """What one stream's events said so far: token count, first-token and inter-token times, the end. Times come
+    in twice: when the bytes arrived (`now`) and when this client's loop got to them (`read_at`)."""
 
     def __init__(self, res: RequestResult, start: float):
-        self.res, self.last, self.chunks, self.done, self.start = res, start, 0, False, start
+        self.res, self.chunks, self.done, self.start = res, 0, False, start
+        self.last = self.last_read = self.end = start
 
-    def feed(self, lines: list[bytes], now: float) -> bool:
+    def feed(self, lines: list[bytes], now: float, read_at: float | None = None) -> bool:
         """Take complete SSE lines that arrived at `now`; True once the stream is over (done or an error chunk)."""
-        res = self.res
+        res, read_at = self.res, now if read_at is None else read_at
         for line in lines:
             obj = parse_sse_line(line.decode())
             if obj is None:
                 continue
             if obj == "[DONE]":
-                self.done = True
+                self.done, self.end = True, now
                 return True
             if "error" in obj:
                 res.error = f"error chunk: {obj['error']}"
@@ -143,10 +150,11 @@ class SSEStats:
             if k == 0:
                 continue
             if self.chunks == 0:
-                res.ttft = now - self.start
+                res.ttft, res.ttft_read = now - self.start, read_at - self.start
             else:
                 res.itl.extend([(now - self.last) / k] * k)
-            self.last, self.chunks = now, self.chunks + k
+                res.itl_read.extend([(read_at - self.last_read) / k] * k)
+            self.last, self.last_read, self.chunks = now, read_at, self.chunks + k
         return False
 
 
@@ -169,15 +177,17 @@ async def send_one(client, model: str, req: BenchRequest, t0: float) -> RequestR
                 return res
             buf = b""
             async for data in r.aiter_raw():  # raw reads, split here: cheaper than aiter_lines per event
+                read_at = time.perf_counter()
                 *lines, buf = (buf + data).split(b"\n")
-                if sse.feed(lines, time.perf_counter()):  # what one read brings arrived together
+                if sse.feed(lines, getattr(r, "arrival", read_at), read_at):  # what one read brings arrived together
                     break
+            res.clock = getattr(r, "clock", "read")
     except Exception as e:  # a dropped connection, a malformed chunk, a timeout
         res.error = f"{type(e).__name__}: {e}"
         return res
     if res.error is not None:
         return res
-    res.e2e = time.perf_counter() - start
+    res.e2e = sse.end - start  # [DONE]'s arrival, on the clock of ttft and itl
     if not sse.done:
         res.error = "the stream ended without [DONE]"
         return res
@@ -209,16 +219,96 @@ class Dechunk:
         return b"".join(out)
 
 
+# Linux's SO_TIMESTAMPNS (Python's socket module does not name it): the kernel stamps every packet it receives
+SO_TIMESTAMPNS = 35
+STAMP_SPACE = socket.CMSG_SPACE(16)  # room for one struct timespec
+
+
+def arrival_of(anc: list, read_at: float) -> float | None:
+    """When the bytes of one recvmsg reached this machine, on perf_counter's clock: `read_at` (perf_counter, right
+    after the read) minus their age (the wall clock now minus the kernel's stamp, which is wall-clock time; TCP
+    stamps what one read returns with its last packet's arrival). None if the read carried no stamp."""
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+            sec, ns = struct.unpack("qq", data[:16])
+            return read_at - max(0.0, time.time() - (sec + ns * 1e-9))
+    return None
+
+
+class StampedStream:
+    """One TCP connection, read with recvmsg so that every read says when its bytes arrived (chapter 9): the
+    kernel's receive time (SO_TIMESTAMPNS, Linux), not when this event loop got round to the stream. A loop that
+    reads forty streams one after another stamps the last ones late by the parsing of the others; the kernel's
+    stamp does not move with that. `stamped=False` (or no stamp in a read) keeps the read time: the twin."""
+
+    def __init__(self, sock: socket.socket, stamped: bool):
+        self.sock, self.loop = sock, asyncio.get_running_loop()
+        self.stamped = stamped and sys.platform.startswith("linux")
+        if self.stamped:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        self.clock = "kernel" if self.stamped else "read"  # becomes "read" if any read comes without a stamp
+        self.arrival = 0.0  # of the last read, on perf_counter's clock
+        self.pending = b""  # bytes read past the response head
+        self.wake: asyncio.Future | None = None
+        self.loop.add_reader(sock.fileno(), self._readable)  # registered once: no epoll change per read
+
+    def _readable(self) -> None:
+        if self.wake is not None and not self.wake.done():
+            self.wake.set_result(None)
+
+    async def read(self, n: int = 1 << 16) -> bytes:
+        if self.pending:
+            data, self.pending = self.pending, b""
+            return data
+        while True:
+            try:
+                data, anc, _, _ = self.sock.recvmsg(n, STAMP_SPACE if self.stamped else 0)
+            except (BlockingIOError, InterruptedError):
+                self.wake = self.loop.create_future()
+                await self.wake
+                continue
+            read_at = time.perf_counter()
+            arrival = arrival_of(anc, read_at) if self.stamped and data else None
+            if arrival is None and self.stamped and data:
+                self.clock = "read"
+            self.arrival = read_at if arrival is None else arrival
+            return data
+
+    async def read_head(self) -> bytes:
+        """The response head, up to its blank line; what came after it is the body's first bytes."""
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            data = await self.read()
+            if not data:
+                raise ConnectionError("the connection closed before the response head")
+            buf += data
+        head, _, self.pending = buf.partition(b"\r\n\r\n")
+        return head
+
+    def close(self) -> None:
+        self.loop.remove_reader(self.sock.fileno())
+        self.sock.close()
+
+
 class RawResponse:
-    def __init__(self, reader, status_code: int, headers: dict[str, str]):
-        self.reader, self.status_code, self.headers = reader, status_code, headers
+    def __init__(self, stream: StampedStream, status_code: int, headers: dict[str, str]):
+        self.stream, self.status_code, self.headers = stream, status_code, headers
         self.chunked = "chunked" in headers.get("transfer-encoding", "").lower()
         self.length = int(headers["content-length"]) if "content-length" in headers else None
+
+    @property
+    def arrival(self) -> float:
+        """When the bytes of the last read arrived (perf_counter's clock): what send_one times events by."""
+        return self.stream.arrival
+
+    @property
+    def clock(self) -> str:
+        return self.stream.clock
 
     async def aiter_raw(self):
         dechunk, left = Dechunk(), self.length
         while not dechunk.done and left != 0:
-            data = await self.reader.read(1 << 16)
+            data = await self.stream.read(1 << 16)
             if not data:
                 if self.chunked or (left or 0) > 0:
                     raise ConnectionError("the connection closed mid-body")
@@ -235,17 +325,30 @@ class RawResponse:
 
 
 class RawClient:
-    """Just enough HTTP/1.1 over asyncio streams for the load (plain http://, one connection per request):
+    """Just enough HTTP/1.1 over plain sockets for the load (http:// only, one connection per request):
     httpx's layers (httpcore, h11, anyio) cost ~100 us of CPU per streamed event, which made the client,
-    not the server, the ceiling at ~10k tokens/s. httpx stays the twin (`--http-client httpx`)."""
+    not the server, the ceiling at ~10k tokens/s. httpx stays the twin (`--http-client httpx`). Each read is
+    timed by its arrival (`StampedStream`; `stamped=False`: by the read, the twin)."""
 
-    def __init__(self, base_url: str, headers: dict[str, str], timeout: float):
+    def __init__(self, base_url: str, headers: dict[str, str], timeout: float, stamped: bool = True):
         from urllib.parse import urlsplit
         u = urlsplit(base_url)
         if u.scheme != "http":
             raise ValueError(f"the raw client speaks plain http:// only, not {base_url!r} (use --http-client httpx)")
         self.host, self.port, self.prefix = u.hostname, u.port or 80, u.path.rstrip("/")
-        self.headers, self.timeout = headers, timeout
+        self.headers, self.timeout, self.stamped = headers, timeout, stamped
+
+    async def connect(self) -> socket.socket:
+        loop = asyncio.get_running_loop()
+        family, kind, proto, _, addr = (await loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM))[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(loop.sock_connect(sock, addr), 30)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
 
     def stream(self, method: str, path: str, json=None):
         import contextlib
@@ -253,21 +356,26 @@ class RawClient:
 
         @contextlib.asynccontextmanager
         async def cm():
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(self.host, self.port), 30)
+            sock = await self.connect()
+            stream = None
             try:
                 body = jsonlib.dumps(json).encode() if json is not None else b""
                 head = [f"{method} {self.prefix}{path} HTTP/1.1", f"Host: {self.host}:{self.port}",
                         "Connection: close", "Accept: text/event-stream", f"Content-Length: {len(body)}"]
                 head += ["Content-Type: application/json"] if json is not None else []
                 head += [f"{k}: {v}" for k, v in self.headers.items()]
-                writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
-                raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.timeout)
+                stream = StampedStream(sock, self.stamped)
+                await asyncio.get_running_loop().sock_sendall(sock, ("\r\n".join(head) + "\r\n\r\n").encode() + body)
+                raw = await asyncio.wait_for(stream.read_head(), self.timeout)
                 lines = raw.decode("latin-1").split("\r\n")
                 status = int(lines[0].split()[1])
                 headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
-                yield RawResponse(reader, status, headers)
+                yield RawResponse(stream, status, headers)
             finally:
-                writer.close()
+                if stream is not None:
+                    stream.close()
+                else:
+                    sock.close()
         return cm()
 
     async def get(self, path: str):
@@ -310,10 +418,11 @@ def arrival_times(n: int, request_rate: float = math.inf, seed: int = 0) -> list
 async def run_load(base_url: str, reqs: list[BenchRequest], request_rate: float = math.inf,
                    max_concurrency: int | None = None, model: str | None = None, seed: int = 0,
                    progress: bool = True, api_key: str | None = None, timeout: float = 3600.0,
-                   scrape_interval: float | None = None, http_client: str = "raw", *,
+                   scrape_interval: float | None = None, http_client: str = "raw", arrival_clock: str = "kernel", *,
                    arrivals: list[float] | None = None, start_at=None,
                    on_done=None) -> tuple[list[RequestResult], float]:
     """Send every request at its arrival time (default: `arrival_times`); return results and seconds.
+    arrival_clock "kernel": the raw client times each read by when its bytes arrived; "read": when it read them.
     A shard of `run_load_sharded` passes its own arrivals, `start_at` (the readiness callback that returns the
     shared start, a perf_counter reading) and `on_done` (called per finished request, in place of the bar)."""
     import httpx
@@ -322,7 +431,10 @@ async def run_load(base_url: str, reqs: list[BenchRequest], request_rate: float 
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     if http_client == "raw" and not base_url.startswith("http://"):
         http_client = "httpx"  # https and the rest: the general client
-    client = RawClient(base_url, headers, timeout) if http_client == "raw" else httpx.AsyncClient(
+    if arrival_clock not in ("kernel", "read"):
+        raise ValueError(f"arrival_clock must be 'kernel' or 'read', not {arrival_clock!r}")
+    stamped = arrival_clock == "kernel"
+    client = RawClient(base_url, headers, timeout, stamped) if http_client == "raw" else httpx.AsyncClient(
         base_url=base_url, timeout=httpx.Timeout(timeout, connect=30.0), limits=limits, headers=headers)
     arrivals = arrival_times(len(reqs), request_rate, seed) if arrivals is None else arrivals
     async with client:
@@ -393,8 +505,8 @@ def _load_shard(conn, base_url: str, reqs: list[BenchRequest], arrivals: list[fl
 def run_load_sharded(base_url: str, reqs: list[BenchRequest], client_procs: int, request_rate: float = math.inf,
                      max_concurrency: int | None = None, model: str | None = None, seed: int = 0,
                      progress: bool = True, api_key: str | None = None, timeout: float = 3600.0,
-                     scrape_interval: float | None = None,
-                     http_client: str = "raw") -> tuple[list[RequestResult], float, float]:
+                     scrape_interval: float | None = None, http_client: str = "raw",
+                     arrival_clock: str = "kernel") -> tuple[list[RequestResult], float, float]:
     """run_load over `client_procs` processes (request i in process i % client_procs), one shared start and one
     arrival schedule: (results in request order, seconds, the client processes' CPU seconds). One event loop reads
     a step's burst of events one stream at a time, so the last stream's clock reading waits for the others' parsing
@@ -410,6 +522,7 @@ def run_load_sharded(base_url: str, reqs: list[BenchRequest], client_procs: int,
     for i in range(client_procs):
         conc = None if max_concurrency is None else max_concurrency // client_procs + (i < max_concurrency % client_procs)
         kwargs = dict(max_concurrency=conc, model=model, api_key=api_key, timeout=timeout, http_client=http_client,
+                      arrival_clock=arrival_clock,
                       scrape_interval=scrape_interval if i == 0 else None)  # one scraper is a Prometheus server
         ours, theirs = ctx.Pipe()
         procs.append(ctx.Process(target=_load_shard, daemon=True,
@@ -487,7 +600,16 @@ def summarize(results: list[RequestResult], duration: float) -> dict:
         "total_token_throughput": (in_tokens + out_tokens) / duration,
         "ttft_ms": stats_ms([r.ttft for r in ok]), "tpot_ms": stats_ms(tpot),
         "itl_ms": stats_ms([x for r in ok for x in r.itl]), "e2e_ms": stats_ms([r.e2e for r in ok]),
+        # what ttft and itl were timed by, and the same two by the read time (the clock before arrival stamps)
+        "arrival_clock": clock_of(ok), "ttft_read_ms": stats_ms([r.ttft_read for r in ok]),
+        "itl_read_ms": stats_ms([x for r in ok for x in r.itl_read]),
     }
+
+
+def clock_of(results: list[RequestResult]) -> str:
+    """"kernel" if every request was timed by its reads' arrival, "read" if none was, else "mixed"."""
+    clocks = {r.clock for r in results}
+    return clocks.pop() if len(clocks) == 1 else ("mixed" if clocks else "read")
 
 
 def print_summary(s: dict, title: str) -> None:
@@ -497,10 +619,13 @@ def print_summary(s: dict, title: str) -> None:
         print(f"  error: {e}")
     print(f"request throughput {s['request_throughput']:.2f} req/s   output {s['output_throughput']:.1f} tok/s   "
           f"total {s['total_token_throughput']:.1f} tok/s")
-    for k in ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms"):
+    clock = s.get("arrival_clock", "read")
+    keys = ("ttft_ms", "tpot_ms", "itl_ms", "e2e_ms") + (("ttft_read_ms", "itl_read_ms") if clock != "read" else ())
+    for k in keys:
         v = s[k]
-        print(f"{k[:-3].upper():>5} ms  mean {v['mean']:9.2f}  median {v['median']:9.2f}  p90 {v['p90']:9.2f}  "
-              f"p99 {v['p99']:9.2f}")
+        print(f"{k[:-3].upper().replace('_READ', ' (read)'):>11} ms  mean {v['mean']:9.2f}  median {v['median']:9.2f}  "
+              f"p90 {v['p90']:9.2f}  p99 {v['p99']:9.2f}")
+    print(f"times by {'the arrival of each read (kernel stamps)' if clock == 'kernel' else clock + ' time'}")
 
 
 # ---- where the CPU goes: each process's CPU seconds during the load (Linux /proc) ------------------
@@ -557,6 +682,7 @@ def bench_serve(args) -> dict:
     load = (args.base_url, reqs)
     kw = dict(request_rate=args.request_rate, max_concurrency=args.max_concurrency, model=args.model, seed=args.seed,
               progress=not args.no_progress, api_key=args.api_key, http_client=args.http_client,
+              arrival_clock=getattr(args, "arrival_clock", "kernel"),
               scrape_interval=getattr(args, "scrape_interval", None))
     procs = getattr(args, "client_procs", 1)
     if procs > 1:
@@ -912,6 +1038,9 @@ def parse_args(argv=None):
         p.add_argument("--max-concurrency", type=int, default=None)
         p.add_argument("--http-client", choices=["raw", "httpx"], default="raw",
                        help="raw: our minimal HTTP/1.1 client (http:// only; ~10x less CPU per event); httpx: the twin")
+        p.add_argument("--arrival-clock", choices=["kernel", "read"], default="kernel",
+                       help="kernel: time each read by when its bytes arrived (the kernel's receive stamp, Linux; the "
+                            "raw client); read: by when the client's loop got to it (the twin, reported beside it)")
         p.add_argument("--client-procs", type=int, default=1,
                        help="client processes sharing the load (one event loop each): a loop that reads a burst of "
                             "streams one by one stamps the last ones late, which a single loop adds to the ITL tail")

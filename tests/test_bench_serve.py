@@ -7,7 +7,8 @@
 * against stub servers that answer 500, end a stream without [DONE] or drop the connection, every
   such request is counted as failed (and the good ones as completed);
 * against the real CPU server (default model), a small run completes with zero failures and the
-  token counts the server reports.
+  token counts the server reports;
+* the raw client times each event by its arrival (the kernel's receive stamp), not by when its busy loop read it.
 """
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import json
 import math
 import random
 import socket
+import sys
 import threading
 import time
 
@@ -23,7 +25,7 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from minisgl_edu import bench
+from minisgl_edu import bench, bench_serve
 from minisgl_edu.bench_serve import (BenchRequest, arrival_times, parse_args, parse_sse_line, random_requests,
                                      run_load, run_load_sharded, shard, shared_prefix_requests, sharegpt_like_requests,
                                      stats_ms, summarize, unshard)
@@ -471,3 +473,77 @@ def test_step_p99_over_every_phase(merge):
         assert abs(got - true) < 1e-4, (got, true)  # inside the 0.1 ms bucket that holds it
     else:  # the mutant sees only the decode steps
         assert got < 1.5e-3
+
+
+# ---- arrival stamps: the client's clock is when bytes arrived, not when its loop got to them ----------------
+def paced_server(times: list[float]) -> str:
+    """One streamed completion whose events leave at `times` (seconds after the request came in), one per packet."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+
+    def run():
+        c, _ = srv.accept()
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += c.recv(65536)
+        t = time.perf_counter()
+        c.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunk = lambda p: b"%x\r\n%s\r\n" % (len(p), p)  # noqa: E731
+        for at in times:
+            time.sleep(max(0.0, t + at - time.perf_counter()))
+            c.sendall(chunk(b'data: {"choices":[{"index":0,"text":"x","finish_reason":null}]}\n\n'))
+        c.sendall(chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        c.close()
+        srv.close()
+    threading.Thread(target=run, daemon=True).start()
+    return f"http://127.0.0.1:{srv.getsockname()[1]}"
+
+
+def busy_client_run(clock: str):
+    """Events leave at 80, 200 and 320 ms; the client's event loop is busy from 30 to 150 ms (parsing other
+    streams, say), so it reads the first event ~70 ms after it arrived and the others on time."""
+    url = paced_server([0.08, 0.20, 0.32])
+
+    async def go():
+        async def busy():
+            await asyncio.sleep(0.03)
+            time.sleep(0.12)  # blocks the loop
+        b = asyncio.create_task(busy())
+        results, _ = await run_load(url, [BenchRequest([1], 1, 3)], model="stub", progress=False, arrival_clock=clock)
+        await b
+        return results[0]
+    return asyncio.run(go())
+
+
+def check_arrival_times(res) -> None:
+    """The true times: first token 80 ms after the request, then 120 ms apart (CI slack: 25 ms)."""
+    assert res.ok, res.error
+    assert res.ttft == pytest.approx(0.08, abs=0.025), res.ttft
+    assert res.itl == pytest.approx([0.12, 0.12], abs=0.025), res.itl
+
+
+def arrival_wall_as_perf(anc, read_at):
+    """Wrong: the kernel's stamp (wall-clock time) taken as a perf_counter reading."""
+    import struct
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == bench_serve.SO_TIMESTAMPNS:
+            sec, ns = struct.unpack("qq", data[:16])
+            return sec + ns * 1e-9
+    return None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SO_TIMESTAMPNS is Linux's")
+def test_events_are_timed_by_their_arrival_not_by_a_busy_loop(monkeypatch):
+    res = busy_client_run("kernel")
+    assert res.clock == "kernel"
+    check_arrival_times(res)
+    # the same run read by the loop's clock: the first token late by the busy spell, the first interval short
+    assert res.ttft_read > 0.13 and res.itl_read[0] < 0.09, (res.ttft_read, res.itl_read)
+    # the checker fails the twins: read time as the clock, and the kernel's stamp taken without its clock change
+    with pytest.raises(AssertionError):
+        check_arrival_times(busy_client_run("read"))
+    monkeypatch.setattr(bench_serve, "arrival_of", arrival_wall_as_perf)
+    with pytest.raises(AssertionError):
+        check_arrival_times(busy_client_run("kernel"))
