@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from minisgl_edu.bench_serve import BenchRequest, run_load, run_load_sharded, stats_ms  # noqa: E402
+from minisgl_edu.bench_serve import BenchRequest, run_load, run_load_sharded, stats_ms, summarize  # noqa: E402
 
 
 def chunk(payload: bytes) -> bytes:
@@ -97,7 +97,8 @@ def measure(streams: int, tokens: int, interval_s: float, loop: str, procs: int 
     itl, itl_read = [x for r in results for x in r.itl], [x for r in results for x in r.itl_read]
     clocks = sorted({r.clock for r in results})
     return {"loop": loop, "procs": procs, "clock": "/".join(clocks), "itl_ms": stats_ms(itl),
-            "itl_read_ms": stats_ms(itl_read), "stand_in_late_ms_max": 1e3 * max(late)}
+            "itl_read_ms": stats_ms(itl_read), "stand_in_late_ms_max": 1e3 * max(late),
+            "shared_read_pct": summarize(results, 1.0)["shared_read_pct"]}
 
 
 def main() -> None:
@@ -124,6 +125,7 @@ def main() -> None:
                 print(f"  client loop {loop:8s} x{procs}, by {name:16s}: ITL p50 {s['median']:.3f}  p90 {s['p90']:.3f}  "
                       f"p99 {s['p99']:.3f} ms (p99 - truth {s['p99'] - args.interval_ms:+.3f} ms; the stand-in ran late "
                       f"by at most {r['stand_in_late_ms_max']:.3f} ms)", flush=True)
+            print(f"    {r['shared_read_pct']:.2f} % of events shared a read with a later one (both clocks time them late)")
     if args.out:
         Path(args.out).write_text(json.dumps({"args": vars(args), "runs": runs}, indent=1))
 

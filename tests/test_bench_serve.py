@@ -547,3 +547,17 @@ def test_events_are_timed_by_their_arrival_not_by_a_busy_loop(monkeypatch):
     monkeypatch.setattr(bench_serve, "arrival_of", arrival_wall_as_perf)
     with pytest.raises(AssertionError):
         check_arrival_times(busy_client_run("kernel"))
+
+
+def test_events_sharing_a_read_are_counted():
+    """Two events in one read carry one arrival stamp (TCP stamps a read by its last packet): counted, so a run
+    can say how many intervals its clock could not time apart."""
+    from minisgl_edu.bench_serve import RequestResult, SSEStats
+    ev = b'data: {"choices":[{"index":0,"text":"x"}]}'
+    res = RequestResult(False)
+    sse = SSEStats(res, 0.0)
+    sse.feed([ev], 1.0)
+    sse.feed([ev, b"", ev], 2.0)
+    sse.feed([ev], 3.0)
+    assert res.shared_reads == 1 and res.itl == [1.0, 0.0, 1.0] and res.ttft == 1.0
+    assert summarize([RequestResult(True, output_tokens=4, itl=res.itl, shared_reads=1)], 1.0)["shared_read_pct"] == 25.0
