@@ -306,6 +306,49 @@ def draw_client_share(path: Path, src: Path = S14) -> None:
     plt.close(fig)
 
 
+S22 = ROOT / "benchmarks" / "issue18" / "h200-s22"  # session 22: the client timed by each read's arrival
+
+
+def draw_arrival_clock(path: Path, src: Path = S22) -> None:
+    """Chapter 9: left, the bench client's ITL p99 above an exact 1.4 ms cadence, each run timed twice (by the read,
+    by the kernel's arrival stamp); right, served runs at the half-peak rate, ITL p99 / median decode step by both."""
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 3.6))
+    for call, marker in (("call1", "s"), ("call2", "o")):
+        runs = json.loads((src / call / "client_jitter.json").read_text())["runs"]
+        for x, procs in enumerate((1, 4)):
+            for r in (r for r in runs if r["procs"] == procs):
+                read, arrival = r["itl_read_ms"]["p99"] - 1.4, r["itl_ms"]["p99"] - 1.4
+                ax.plot([2 * x, 2 * x + 0.8], [read, arrival], "-", marker=marker, color="#8c8c8c", ms=4, lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks([0, 0.8, 2, 2.8], ["1 process:\nread time", "arrival", "4 processes:\nread time", "arrival"],
+                  fontsize=8)
+    ax.set_ylabel("client's ITL p99 - the true 1.4 ms (ms)")
+    ax.set_title("a stand-in with an exact cadence, 40 streams (H200 hosts)\nsquares: a busy host (call 1), "
+                 "circles: call 2", fontsize=8.5)
+    lo, hi = 1.8, 3.1
+    for call in ("call1", "call2"):
+        models = json.loads((src / call / "gpu_serve.json").read_text())["models"]
+        for model, color in (("smollm2-135m", "#4c72b0"), ("qwen3-0.6b", "#dd8452")):
+            for s in models.get(model, {}).get("sweep", []):
+                step = s["step_median_ms"]["decode"]
+                bx.plot(s["itl_read_ms"]["p99"] / step, s["itl_ms"]["p99"] / step, "o", color=color, ms=5, alpha=0.85,
+                        label=model if call == "call2" and s is models[model]["sweep"][0] else None)
+    bx.plot([lo, hi], [lo, hi], color="black", lw=0.8)
+    bx.axhline(2, color="black", lw=1, ls="--")
+    bx.axvline(2, color="black", lw=1, ls="--")
+    bx.set_xlim(lo, hi)
+    bx.set_ylim(lo, hi)
+    bx.set_xlabel("ITL p99 / median decode step, by read time", fontsize=8.5)
+    bx.set_ylabel("... by arrival (kernel stamps)", fontsize=8.5)
+    bx.set_title("served at half the peak rate, one point per run\n(H200, commits 363b5fd and b3da0c0)", fontsize=8.5)
+    bx.legend(fontsize=7.5, frameon=False, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     if "--check" in argv:
@@ -322,6 +365,7 @@ def main(argv: list[str]) -> int:
     draw_itl_tail(OUT / "09-itl-tail.png")
     draw_mixed_budget(OUT / "09-mixed-budget.png")
     draw_client_share(OUT / "09-client-share.png")
+    draw_arrival_clock(OUT / "09-arrival-clock.png")
     print("wrote", ", ".join(sorted(p.name for p in OUT.glob("*.png"))))
     return 0
 
