@@ -9,7 +9,7 @@ LOG=$OUT/call3.log
 for rate in ${CALL_RATES:-46 23}; do
     run timeout 260 python3 benchmarks/ab_serve.py --model-path benchmarks/configs/smollm2-135m --device cuda \
         --dummy-weights --rate "$rate" --num-prompts 128 --common "--max-total-tokens 1000000" \
-        --a "" --b "--skip-tokenizer-init" --order ${CALL_ORDER:-ABBAABBA} --paired --bench "--client-procs 4" \
+        --a "" "--b=--skip-tokenizer-init" --order ${CALL_ORDER:-ABBAABBA} --paired --bench "--client-procs 4" \
         --log-dir "$OUT" --out "$OUT/ab_skip_$rate.json"
 done
 echo "call3: exit status $status" | tee -a "$LOG"
