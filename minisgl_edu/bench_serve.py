@@ -802,17 +802,17 @@ def offline_subprocess(args, seed: int, threads: int | None = None) -> dict:
             return json.load(f)
 
 
-def step_totals(url: str) -> dict:
+def step_totals(url: str, name: str = "minisgl:step_time_seconds", label: str = "phase") -> dict:
     """{phase: (seconds, steps, [(upper bound, cumulative steps), ...])} so far, from the server's /metrics
-    step-time histogram ({} without one)."""
+    step-time histogram ({} without one); or another histogram's, by its label ("": none)."""
     import httpx
     sums, counts, buckets = {}, {}, {}
     try:
         r = httpx.get(url + "/metrics", timeout=10)
         from prometheus_client.parser import text_string_to_metric_families
         for fam in text_string_to_metric_families(r.text if r.status_code == 200 else ""):
-            for s in fam.samples if fam.name == "minisgl:step_time_seconds" else ():
-                phase = s.labels["phase"]
+            for s in fam.samples if fam.name == name else ():
+                phase = s.labels.get(label, "")
                 if s.name.endswith("_sum"):
                     sums[phase] = s.value
                 elif s.name.endswith("_count"):
@@ -849,14 +849,18 @@ def merge_buckets(phases: list[list[tuple[float, float]]]) -> list[tuple[float, 
     return sorted(total.items())
 
 
+ITL_METRIC = "minisgl:inter_token_latency_seconds"  # observed by the API process as each reply arrives
+
+
 def bench_serve_timed(a, url: str) -> dict:
     """bench_serve, plus the server's step time by phase during this run (ms, from /metrics): the mean (step_ms)
-    and the median (step_median_ms, from the histogram's buckets); and the p99 of all steps together
-    (step_p99_ms): beside the client's ITL p99 it says whether a slow token was a slow step or a slow delivery."""
-    before = step_totals(url)
+    and the median (step_median_ms, from the histogram's buckets); the p99 of all steps together (step_p99_ms);
+    and the p99 of the server's own ITL, timed where the API process receives the replies (api_itl_p99_ms). Beside
+    the client's ITL p99 they say where a slow token was slowed: the step, the way to the API process, or after it."""
+    before, itl0 = step_totals(url), step_totals(url, ITL_METRIC, "")
     s = bench_serve(a)
     s.pop("config")
-    after = step_totals(url)
+    after, itl1 = step_totals(url), step_totals(url, ITL_METRIC, "")
     s["step_ms"], s["step_median_ms"], deltas = {}, {}, []
     for p, (t, n, b) in after.items():
         t0, n0, b0 = before.get(p, (0, 0, []))
@@ -869,6 +873,10 @@ def bench_serve_timed(a, url: str) -> dict:
                 s["step_median_ms"][p] = 1e3 * med
     if deltas and (p99 := histogram_quantile(merge_buckets(deltas), 0.99)) is not None:
         s["step_p99_ms"] = 1e3 * p99
+    if "" in itl1:  # the server's ITL, observed where the API process receives each reply (before its writes)
+        was = dict(itl0.get("", (0, 0, []))[2])
+        if (p99 := histogram_quantile([(le, c - was.get(le, 0)) for le, c in itl1[""][2]], 0.99)) is not None:
+            s["api_itl_p99_ms"] = 1e3 * p99
     return s
 
 

@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 # bucket upper bounds (seconds), close to vLLM's
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                 40.0, 80.0)
-ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
-               0.5, 0.75, 1.0, 2.5, 5.0)
+# 0.1 ms apart from 0.5 to 5 ms, where a GPU's decode intervals fall (a p99 from them: bench_serve.bench_serve_timed),
+# then vLLM's
+ITL_BUCKETS = tuple(round(0.0005 + 0.0001 * i, 4) for i in range(46)) + (0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04,
+                                                                           0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+                                                                           0.75, 1.0, 2.5, 5.0)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                480.0, 960.0)
 # 0.1 ms apart from 0.5 to 3 ms, where decode and mixed steps fall: fine enough for a median (bench_serve.step_median)
