@@ -850,17 +850,19 @@ def merge_buckets(phases: list[list[tuple[float, float]]]) -> list[tuple[float, 
 
 
 ITL_METRIC = "minisgl:inter_token_latency_seconds"  # observed by the API process as each reply arrives
+EMIT_METRIC = "minisgl:emit_interval_seconds"  # observed by the scheduler as it hands each step's tokens out
 
 
 def bench_serve_timed(a, url: str) -> dict:
     """bench_serve, plus the server's step time by phase during this run (ms, from /metrics): the mean (step_ms)
     and the median (step_median_ms, from the histogram's buckets); the p99 of all steps together (step_p99_ms);
-    and the p99 of the server's own ITL, timed where the API process receives the replies (api_itl_p99_ms). Beside
-    the client's ITL p99 they say where a slow token was slowed: the step, the way to the API process, or after it."""
-    before, itl0 = step_totals(url), step_totals(url, ITL_METRIC, "")
+    and the p99 of the server's own ITL, timed where the scheduler hands the tokens out (emit_p99_ms) and where the
+    API process receives the replies (api_itl_p99_ms). Beside the client's ITL p99 they say where a slow token was
+    slowed: the step, the loop around it, the way to the API process, or after it."""
+    before, itl0, emit0 = step_totals(url), step_totals(url, ITL_METRIC, ""), step_totals(url, EMIT_METRIC, "")
     s = bench_serve(a)
     s.pop("config")
-    after, itl1 = step_totals(url), step_totals(url, ITL_METRIC, "")
+    after, itl1, emit1 = step_totals(url), step_totals(url, ITL_METRIC, ""), step_totals(url, EMIT_METRIC, "")
     s["step_ms"], s["step_median_ms"], deltas = {}, {}, []
     for p, (t, n, b) in after.items():
         t0, n0, b0 = before.get(p, (0, 0, []))
@@ -873,10 +875,13 @@ def bench_serve_timed(a, url: str) -> dict:
                 s["step_median_ms"][p] = 1e3 * med
     if deltas and (p99 := histogram_quantile(merge_buckets(deltas), 0.99)) is not None:
         s["step_p99_ms"] = 1e3 * p99
-    if "" in itl1:  # the server's ITL, observed where the API process receives each reply (before its writes)
-        was = dict(itl0.get("", (0, 0, []))[2])
-        if (p99 := histogram_quantile([(le, c - was.get(le, 0)) for le, c in itl1[""][2]], 0.99)) is not None:
-            s["api_itl_p99_ms"] = 1e3 * p99
+    # the server's ITL where the API process receives each reply (before its writes), and where the scheduler
+    # hands the tokens out (before the detokenizer): with the client's, three points on a token's way
+    for key, t0, t1 in (("api_itl_p99_ms", itl0, itl1), ("emit_p99_ms", emit0, emit1)):
+        if "" in t1:
+            was = dict(t0.get("", (0, 0, []))[2])
+            if (p99 := histogram_quantile([(le, c - was.get(le, 0)) for le, c in t1[""][2]], 0.99)) is not None:
+                s[key] = 1e3 * p99
     return s
 
 

@@ -129,6 +129,9 @@ class SchedulerStats:
     step_bounds: list[float]  # step-time histogram bucket upper bounds, seconds
     step_counts: dict[str, list[int]]  # phase -> cumulative count per bucket (last: +Inf)
     step_sum: dict[str, float]  # phase -> total seconds
+    emit_bounds: list[float] = field(default_factory=list)  # emission-interval histogram (token-weighted), seconds
+    emit_counts: list[int] = field(default_factory=list)
+    emit_sum: float = 0.0
 
 
 @dataclass

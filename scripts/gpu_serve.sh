@@ -50,7 +50,7 @@ for m, r in allres["models"].items():
         print(f"  {s['request_rate']:7.2f} req/s: {s['output_throughput']:8.0f} tok/s  TTFT p50/p99 {s['ttft_ms']['median']:7.1f}/"
               f"{s['ttft_ms']['p99']:7.1f} ms  ITL p50/p99 {s['itl_ms']['median']:6.2f}/{s['itl_ms']['p99']:6.2f} ms ({s.get('arrival_clock', 'read')}; by read time p99 {s.get('itl_read_ms', s['itl_ms'])['p99']:.2f}; shared reads {s.get('shared_read_pct', float('nan')):.2f} %)  "
               f"decode step mean/median {s['step_ms'].get('decode', float('nan')):.2f}/"
-              f"{s.get('step_median_ms', {}).get('decode', float('nan')):.2f} ms  step p99 {s.get('step_p99_ms', float('nan')):.2f} ms  ITL p99 at the API {s.get('api_itl_p99_ms', float('nan')):.2f} ms  "
+              f"{s.get('step_median_ms', {}).get('decode', float('nan')):.2f} ms  step p99 {s.get('step_p99_ms', float('nan')):.2f} ms  ITL p99 emitted / at the API {s.get('emit_p99_ms', float('nan')):.2f} / {s.get('api_itl_p99_ms', float('nan')):.2f} ms  "
               f"failed {s['failed']}")
 PY
 tar -czf "$OUT/gpu_serve.tgz" -C "$OUT" $(cd "$OUT" && ls serve_*.json serve_*.log gpu_serve.json gpu_serve.log 2>/dev/null)  # one file back

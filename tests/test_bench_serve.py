@@ -408,6 +408,7 @@ def test_bench_against_the_cpu_server_completes_without_failures(tmp_path):
     assert run["serve"]["step_p99_ms"] >= run["serve"]["step_median_ms"]["decode"]  # every phase's steps together
     # the same intervals timed where the API process receives them: near the client's (coarse buckets here)
     assert 0.5 < run["serve"]["api_itl_p99_ms"] / serve["itl_ms"]["p99"] < 2
+    assert 0.5 < run["serve"]["emit_p99_ms"] / serve["itl_ms"]["p99"] < 2  # ... and where the scheduler hands them out
 
 
 def quantile_upper_bound(buckets, q=0.5):

@@ -147,6 +147,35 @@ def test_scheduler_counters_count_each_step_once_list_or_bounded_deque():
     assert wrong.hits != 12
 
 
+def emit_since_previous_emission(c, now, uids, finished=()):
+    """The wrong emission interval, kept: since the previous emission, whoever was in it. A prefill step without
+    decode rows (the CPU's default) hands out only the new request's token; the running ones then look fast."""
+    t, before = c.last_emit.get("prev", (None, set()))
+    if n := len(set(uids) & before):
+        c.emit.observe(now - t, n)
+    if uids:
+        c.last_emit["prev"] = (now, set(uids))
+
+
+@pytest.mark.parametrize("observe", ["observe_emit", emit_since_previous_emission])
+def test_emit_intervals_count_each_token_since_its_requests_last(observe):
+    """The scheduler's emission interval, once per token, since its own request's previous token: a request's
+    first token is no interval (its TTFT), a step that skips a request does not shorten its wait, and a finished
+    request has no next token."""
+    from minisgl_edu.server.metrics import SchedulerCounters
+    c = SchedulerCounters()
+    emit = c.observe_emit if observe == "observe_emit" else (lambda *a: observe(c, *a))
+    emit(0.0, [1, 2])
+    emit(0.001, [1, 2])
+    emit(0.0015, [3])  # a prefill step: request 3's first token; 1 and 2 wait
+    emit(0.003, [1, 2, 3], [2])  # 2 finishes
+    emit(0.004, [1, 3])
+    # 1: 1, 2, 1 ms; 2: 1, 2 ms; 3: 1.5, 1 ms
+    ok = (sum(c.emit.counts), round(c.emit.sum, 6)) == (7, round(0.001 + 0.002 + 0.001 + 0.001 + 0.002 + 0.0015 + 0.001,
+                                                               6))
+    assert ok == (observe == "observe_emit"), (sum(c.emit.counts), c.emit.sum)
+
+
 def test_server_metrics_count_what_the_replies_say():
     from minisgl_edu.messages import UserReply
     m = ServerMetrics("x")
@@ -180,6 +209,7 @@ def test_metrics_counters_agree_with_the_requests_sent(url):
     assert m["minisgl:request_success_total{finished_reason=length}"] == 4
     assert m["minisgl:time_to_first_token_seconds_count"] == 4 == m["minisgl:e2e_request_latency_seconds_count"]
     assert m["minisgl:inter_token_latency_seconds_count"] == sent_gen - 4
+    assert m["minisgl:emit_interval_seconds_count"] == sent_gen - 4  # the same intervals, at the scheduler
     assert m["minisgl:prefix_cache_queries_total"] == sent_prompt
     assert m["minisgl:prefix_cache_hits_total"] == len(prompts[0]) - 1  # all but the last prompt token
     assert m["minisgl:cache_hit_rate"] == pytest.approx((len(prompts[0]) - 1) / sent_prompt)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from collections import Counter
 from itertools import islice
 from dataclasses import dataclass, field
 
@@ -36,9 +37,10 @@ class Histogram:
     def __post_init__(self):
         self.counts = self.counts or [0] * (len(self.bounds) + 1)
 
-    def observe(self, v: float) -> None:
-        self.counts[bisect_left(self.bounds, v)] += 1  # bisect_left: v == bound falls in that bucket (le)
-        self.sum += v
+    def observe(self, v: float, n: int = 1) -> None:
+        """n observations of v (n tokens that waited the same interval)."""
+        self.counts[bisect_left(self.bounds, v)] += n  # bisect_left: v == bound falls in that bucket (le)
+        self.sum += n * v
 
 
 def histogram_family(name: str, doc: str, bounds, counts_by_label: dict[str, tuple[list[int], float]],
@@ -137,6 +139,10 @@ class ServerMetrics:
         yield histogram_family("minisgl:step_time_seconds", "Scheduler step time (schedule + forward + process).",
                                s.step_bounds, {p: (s.step_counts[p], s.step_sum[p]) for p in sorted(s.step_counts)},
                                "phase")
+        if s.emit_counts:
+            yield histogram_family("minisgl:emit_interval_seconds", "Time between two of a request's tokens as the "
+                                   "scheduler hands them out (before the detokenizer and the API).",
+                                   s.emit_bounds, {"": (s.emit_counts, s.emit_sum)})
 
     def render(self) -> bytes:
         from prometheus_client import generate_latest
@@ -159,6 +165,22 @@ class SchedulerCounters:
     prefill_tokens: int = 0  # tokens extended by prefill steps (StatsReply)
     seen_steps: int = 0  # steps launched, ever, that were counted
     next_send: float = 0.0
+    # the interval between two emissions of a request's tokens, at the scheduler, once per token: the ITL as the
+    # scheduler makes it, before the detokenizer and the API process (chapter 9, "A stopwatch at the socket")
+    emit: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))
+    last_emit: dict[int, float] = field(default_factory=dict)  # uid -> when its last token was handed out
+
+    def observe_emit(self, now: float, uids: list[int], finished: list[int] = ()) -> None:
+        """A step handed out one token each of `uids` at `now`: each waited since its request's previous token (a
+        request's first token is its TTFT, no interval; a prefill step without decode rows skips the running ones,
+        so "since the previous emission" would be wrong). `finished` requests have no next token."""
+        last = self.last_emit
+        waits = Counter(now - t for u in uids if (t := last.get(u)) is not None)  # most share one previous step
+        for wait, n in waits.items():
+            self.emit.observe(wait, n)
+        last.update(dict.fromkeys(uids, now))
+        for u in finished:
+            last.pop(u, None)
 
     def observe_step(self, sched, seconds: float) -> None:
         """One loop step took `seconds`; attribute it to the phase of the batch it launched (if any).
@@ -177,7 +199,8 @@ class SchedulerCounters:
         return SchedulerStats(len(sched.running), len(sched.pending), pool.num_pages, pool.num_free_pages,
                               cache.evictable_size // pool.page_size, self.queried, self.hits, list(STEP_BUCKETS),
                               {p: list(h.counts) for p, h in self.steps.items()},
-                              {p: h.sum for p, h in self.steps.items()})
+                              {p: h.sum for p, h in self.steps.items()}, list(ITL_BUCKETS), list(self.emit.counts),
+                              self.emit.sum)
 
     def due(self, now: float, busy: bool, became_idle: bool) -> bool:
         """Send now? Every STATS_INTERVAL_S while busy, and once when the scheduler turns idle."""

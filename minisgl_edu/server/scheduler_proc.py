@@ -251,7 +251,8 @@ def step(st: Rank) -> list:
     """One scheduler step; its tokens as DetokenizeMsgs (the plain ones as one TokenColumns when `st.columns`)."""
     t0 = time.perf_counter()
     outs = st.sched.step()
-    st.counters.observe_step(st.sched, time.perf_counter() - t0)
+    st.counters.observe_step(st.sched, (now := time.perf_counter()) - t0)
+    st.counters.observe_emit(now, [o.uid for o in outs if o.token_id >= 0], [o.uid for o in outs if o.finished])
     replies = token_replies(outs, st.columns)
     if st.sched.idle:
         st.sched.check_integrity()  # every page is free or cached once nothing runs
