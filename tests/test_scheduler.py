@@ -490,6 +490,7 @@ def run_rank_loop(path, early: bool, receive_early=None, cache: str = "radix"):
     sched.launch, sched.pool.release_row, sched.step = launch_and_note, checked_release, marked_step
     sched.add_request, sched.abort = noted(add, lambda u, *_: u), noted(abort, lambda u: ("abort", u))
     sp.scheduler_loop(st)
+    assert not st.counters.last_emit, f"the emission clock still times ended requests {st.counters.last_emit}"
     tokens = {}
     for m in io.sent:
         for r in (m.rows() if hasattr(m, "rows") else [m]):
@@ -511,6 +512,15 @@ def test_early_receive_admits_new_requests_and_leaves_aborts_for_the_top(path):
     offline = tiny_llm(path).generate([prompts[u] for u in (1, 2, 3)], SamplingParams(max_tokens=8, ignore_eos=True))
     assert [tokens[u] for u in (1, 2, 3)] == [o["token_ids"] for o in offline]
     assert 0 < len(tokens[0]) < 40  # aborted mid-way
+
+
+def test_emission_clock_forgets_aborted_requests(path, monkeypatch):
+    """An abort ends a request outside any step, so the loop tells the emission clock (SchedulerCounters.forget);
+    the wrong loop that leaves it to the step's finished tokens keeps the aborted request for the server's life."""
+    from minisgl_edu.server.metrics import SchedulerCounters
+    monkeypatch.setattr(SchedulerCounters, "forget", lambda self, uids: None)
+    with pytest.raises(AssertionError, match=r"still times ended requests \{0: "):  # request 0, the aborted one
+        run_rank_loop(path, early=True)
 
 
 @pytest.mark.parametrize("cache,caught", [("radix", None), ("naive", "released while a step writes it")])

@@ -182,6 +182,11 @@ class SchedulerCounters:
         for u in finished:
             last.pop(u, None)
 
+    def forget(self, uids) -> None:
+        """Requests that ended (finished, or aborted outside a step): no next token to time."""
+        for u in uids:
+            self.last_emit.pop(u, None)
+
     def observe_step(self, sched, seconds: float) -> None:
         """One loop step took `seconds`; attribute it to the phase of the batch it launched (if any).
         sched.stats keeps the latest steps (a bounded deque in a server rank); steps_done counts them all."""

@@ -230,7 +230,9 @@ def handle(st: Rank, msg) -> list:
         st.counters.queried += req.prompt_len
         return []
     if isinstance(msg, AbortMsg):
-        return [DetokenizeMsg(o.uid, -1, True, "abort", o.prompt_len) for o in sched.abort(msg.uid)]
+        outs = sched.abort(msg.uid)
+        st.counters.forget(o.uid for o in outs)  # an abort ends a request outside any step's tokens
+        return [DetokenizeMsg(o.uid, -1, True, "abort", o.prompt_len) for o in outs]
     if isinstance(msg, StatsMsg):
         return [stats(sched, msg.uid, st.counters)]
     if isinstance(msg, ExitMsg):  # the same step on every rank: nobody is left inside a collective
