@@ -802,26 +802,42 @@ def offline_subprocess(args, seed: int, threads: int | None = None) -> dict:
             return json.load(f)
 
 
-def step_totals(url: str, name: str = "minisgl:step_time_seconds", label: str = "phase") -> dict:
-    """{phase: (seconds, steps, [(upper bound, cumulative steps), ...])} so far, from the server's /metrics
-    step-time histogram ({} without one); or another histogram's, by its label ("": none)."""
+STEP_METRIC = "minisgl:step_time_seconds"
+ITL_METRIC = "minisgl:inter_token_latency_seconds"  # observed by the API process as each reply arrives
+EMIT_METRIC = "minisgl:emit_interval_seconds"  # observed by the scheduler as it hands each step's tokens out
+
+
+def histogram_totals(url: str, names: dict[str, str]) -> dict[str, dict]:
+    """{histogram name: {label value: (sum, count, [(upper bound, cumulative count), ...])}} so far, from one GET
+    of the server's /metrics; `names` maps each histogram to the label it is split by ("": none). A histogram the
+    server does not export (another server, or none yet) is {}."""
     import httpx
-    sums, counts, buckets = {}, {}, {}
+    out = {n: {} for n in names}
     try:
         r = httpx.get(url + "/metrics", timeout=10)
         from prometheus_client.parser import text_string_to_metric_families
         for fam in text_string_to_metric_families(r.text if r.status_code == 200 else ""):
-            for s in fam.samples if fam.name == name else ():
-                phase = s.labels.get(label, "")
+            if fam.name not in names:
+                continue
+            sums, counts, buckets = {}, {}, {}
+            for s in fam.samples:
+                key = s.labels.get(names[fam.name], "")
                 if s.name.endswith("_sum"):
-                    sums[phase] = s.value
+                    sums[key] = s.value
                 elif s.name.endswith("_count"):
-                    counts[phase] = s.value
+                    counts[key] = s.value
                 elif s.name.endswith("_bucket"):
-                    buckets.setdefault(phase, []).append((float(s.labels["le"]), s.value))
+                    buckets.setdefault(key, []).append((float(s.labels["le"]), s.value))
+            out[fam.name] = {k: (sums[k], counts[k], sorted(buckets.get(k, []))) for k in sums if k in counts}
     except Exception:  # another server, or one without /metrics
-        return {}
-    return {p: (sums[p], counts[p], sorted(buckets.get(p, []))) for p in sums if p in counts}
+        return {n: {} for n in names}
+    return out
+
+
+def step_totals(url: str) -> dict:
+    """{phase: (seconds, steps, [(upper bound, cumulative steps), ...])} so far, from the server's /metrics
+    step-time histogram ({} without one)."""
+    return histogram_totals(url, {STEP_METRIC: "phase"})[STEP_METRIC]
 
 
 def histogram_quantile(buckets: list[tuple[float, float]], q: float = 0.5) -> float | None:
@@ -849,20 +865,18 @@ def merge_buckets(phases: list[list[tuple[float, float]]]) -> list[tuple[float, 
     return sorted(total.items())
 
 
-ITL_METRIC = "minisgl:inter_token_latency_seconds"  # observed by the API process as each reply arrives
-EMIT_METRIC = "minisgl:emit_interval_seconds"  # observed by the scheduler as it hands each step's tokens out
-
-
 def bench_serve_timed(a, url: str) -> dict:
     """bench_serve, plus the server's step time by phase during this run (ms, from /metrics): the mean (step_ms)
     and the median (step_median_ms, from the histogram's buckets); the p99 of all steps together (step_p99_ms);
     and the p99 of the server's own ITL, timed where the scheduler hands the tokens out (emit_p99_ms) and where the
     API process receives the replies (api_itl_p99_ms). Beside the client's ITL p99 they say where a slow token was
     slowed: the step, the loop around it, the way to the API process, or after it."""
-    before, itl0, emit0 = step_totals(url), step_totals(url, ITL_METRIC, ""), step_totals(url, EMIT_METRIC, "")
+    names = {STEP_METRIC: "phase", ITL_METRIC: "", EMIT_METRIC: ""}
+    h0 = histogram_totals(url, names)
     s = bench_serve(a)
     s.pop("config")
-    after, itl1, emit1 = step_totals(url), step_totals(url, ITL_METRIC, ""), step_totals(url, EMIT_METRIC, "")
+    h1 = histogram_totals(url, names)
+    (before, after), (itl0, itl1), (emit0, emit1) = ((h0[n], h1[n]) for n in names)
     s["step_ms"], s["step_median_ms"], deltas = {}, {}, []
     for p, (t, n, b) in after.items():
         t0, n0, b0 = before.get(p, (0, 0, []))
