@@ -82,6 +82,7 @@ class ServerConfig(SchedulerConfig):
     naive_stream: bool = False  # the per-token twins: one decode call per token, one SSE event per token
     http_parser: str | None = None  # uvicorn's HTTP parser: "httptools" | "h11"; None: httptools when installed (the compiled one)
     early_receive: bool = True  # one rank, overlap loop: new requests are read while a step's tokens travel; False: at the loop's top only
+    direct_write: bool = True  # a stream's plain tokens are written by the API's receiver itself; False: by its own task
     gc_threshold: int = 10_000  # each server process collects after this many net new tracked objects; 700: Python's default
 
     def __post_init__(self):

@@ -75,6 +75,8 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                     help="admit the next step's requests while a step's tokens travel (default off: measured no gain)")
     ap.add_argument("--gc-threshold", type=int, help="collect a server process's youngest objects after this many "
                                                      "net new ones (default 10000; 700: Python's own)")
+    ap.add_argument("--no-direct-write", dest="direct_write", action="store_false",
+                    help="write every SSE event from its request's own task (the twin of the direct writes)")
     ap.add_argument("--naive-stream", action="store_true",
                     help="the per-token twins of the streaming path (one decode and one SSE event per token)")
     kw = vars(ap.parse_args(argv))

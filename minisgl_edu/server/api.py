@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..messages import (AbortMsg, SchedulerStats, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode, encode,
-                        unbatch_rows)
+                        plain_reply, unbatch_rows)
 from ..req import SamplingParams
 from .common import ServerConfig, freeze_startup_objects, trace
 from .protocol import (APIError, ChatRequest, CommonParams, CompletionRequest, DetokenizeRequest, TokenizeRequest,
@@ -76,15 +76,24 @@ class Inbox:
     """One request's replies as they arrive, and the future its reader sleeps on: an asyncio.Queue read through
     wait_for(timeout) costs a task and a timer per wait, per token; this costs one future (the timeout is
     Frontend.tick's, shared by all)."""
-    __slots__ = ("items", "waiter")
+    __slots__ = ("items", "waiter", "direct")
 
     def __init__(self):
         self.items: collections.deque = collections.deque()
         self.waiter: asyncio.Future | None = None
+        self.direct = None  # a stream's writer of plain replies (`direct_writer`), set once its headers are out
 
     def put_nowait(self, reply) -> None:
         self.items.append(reply)
         self.wake()
+
+    def offer(self, reply) -> bool:
+        """A reply for this request: written to its socket at once (True) when its reader sleeps with nothing queued
+        and `direct` takes it (no task wakes for it), else queued; what is queued keeps its order ahead of any write."""
+        if self.direct is not None and self.waiter is not None and not self.items and self.direct(reply):
+            return True
+        self.put_nowait(reply)
+        return False
 
     def wake(self) -> None:
         w = self.waiter
@@ -162,7 +171,9 @@ class Frontend:
                 replies = self.observe(replies)
                 for reply in replies:
                     q = self.queues.get(reply.uid)
-                    if q is not None:  # replies of aborted requests find no queue
+                    if isinstance(q, Inbox):
+                        self.metrics.direct_writes += q.offer(reply)
+                    elif q is not None:  # replies of aborted requests find no queue
                         q.put_nowait(reply)
         finally:
             sock.close(linger=0)
@@ -522,9 +533,12 @@ async def respond(request: Request, body: CommonParams, make_msg, sp: SamplingPa
             "model": cfg.served_name}
     streams = [stream_replies(frontend, uid, q, f, StopStrings(body.stops), request) for uid, q, f in started]
     if body.stream:
+        # one choice, no stop strings, no logprobs: its plain tokens can skip its task (chapter 9, "Write it now")
+        lane = DirectLane(started[0][1]) if (cfg.direct_write and not cfg.naive_stream and len(started) == 1
+                                            and not body.stops and sp.logprobs is None) else None
         events = sse(merge(streams), meta, chat, body.include_usage, len(streams), not cfg.naive_stream,
-                     cfg.skip_tokenizer_init)
-        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+                     cfg.skip_tokenizer_init, lane)
+        return SSEResponse(events, lane, media_type="text/event-stream", headers=headers)
     choices = await asyncio.gather(*(collect(s) for s in streams))
     dead = next((c[2] for c in choices if c[2].error is not None), None)
     if dead is not None:
@@ -627,10 +641,60 @@ class ChunkTemplate:
         return f"{self.head}{json.dumps(text)}{self.tail}"
 
 
+@dataclass
+class DirectLane:
+    """A stream whose plain replies `Frontend.listen` may write itself: its inbox, and its response's ASGI `send`
+    once the response has one."""
+    inbox: Inbox
+    send: object = None
+
+
+class SSEResponse(StreamingResponse):
+    """A StreamingResponse that lends its ASGI `send` to the stream's DirectLane."""
+
+    def __init__(self, content, lane: DirectLane | None, **kw):
+        super().__init__(content, **kw)
+        self.lane = lane
+
+    async def __call__(self, scope, receive, send):
+        if self.lane is not None:
+            self.lane.send = send  # used only while the stream's task sleeps between events: the headers are out by then
+        await super().__call__(scope, receive, send)
+
+
+def send_now(send, message: dict) -> bool:
+    """Run an ASGI `send` to its end here, without the event loop: True if it got there. uvicorn's send of a body
+    waits only while the socket is backed up (flow control), and it waits before it writes: a send that would
+    wait is closed unwritten (False), and the caller queues the reply for the request's own task instead."""
+    coro = send(message)
+    try:
+        coro.send(None)  # an await that never waits runs to its end in this one call
+    except StopIteration:
+        return True
+    except Exception:  # noqa: BLE001 -- the task's own send meets it again and handles it (a gone client)
+        return False
+    coro.close()
+    return False
+
+
+def direct_writer(send, template: "ChunkTemplate"):
+    """`Inbox.direct` for a stream: a plain reply (`plain_reply`) as its SSE text event, written now; False for any
+    other reply, or when the write would wait."""
+    def write(reply) -> bool:
+        if not plain_reply(reply) or (reply.output_ids is not None) != template.with_ids:
+            return False
+        if not reply.incremental_output and not reply.output_ids:
+            return True  # sse() writes nothing for it either (text held back inside a UTF-8 character)
+        body = template.render(reply.incremental_output, reply.output_ids).encode()
+        return send_now(send, {"type": "http.response.body", "body": body, "more_body": True})
+    return write
+
+
 async def sse(replies, meta: dict, chat: bool, include_usage: bool, n: int, fast: bool = True,
-              with_ids: bool = False) -> AsyncIterator[str]:
+              with_ids: bool = False, lane: DirectLane | None = None) -> AsyncIterator[str]:
     """Server-sent events: a role chunk (chat), one chunk per piece of text, the finish, usage, [DONE].
-    `fast`: text chunks through a ChunkTemplate per choice (with_ids: every text chunk carries token ids)."""
+    `fast`: text chunks through a ChunkTemplate per choice (with_ids: every text chunk carries token ids).
+    `lane` (one choice): after the first event, plain text chunks are written by `Frontend.listen` directly."""
     templates = [ChunkTemplate.of(meta, chat, i, with_ids) if fast else None for i in range(n)]
     if chat:
         for i in range(n):
@@ -638,6 +702,8 @@ async def sse(replies, meta: dict, chat: bool, include_usage: bool, n: int, fast
     last: dict[int, UserReply] = {}
     offset = [0] * n  # completions' text_offset: characters of logprob tokens sent so far, per choice
     async for i, text, reply in replies:
+        if lane is not None and lane.send is not None and templates[0] is not None and lane.inbox.direct is None:
+            lane.inbox.direct = direct_writer(lane.send, templates[0])  # from this event's send on, in order
         last[i] = reply
         if reply.error is not None:  # a worker died mid-stream: say so, then end without [DONE]
             yield event({"error": {"message": reply.error, "type": "service_unavailable"}})

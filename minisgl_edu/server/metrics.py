@@ -70,6 +70,7 @@ class ServerMetrics:
         self.model_name = model_name
         self.ttft, self.itl, self.e2e = Histogram(TTFT_BUCKETS), Histogram(ITL_BUCKETS), Histogram(E2E_BUCKETS)
         self.prompt_tokens = self.generation_tokens = 0
+        self.direct_writes = 0  # replies Frontend.listen wrote to their stream itself (api.py, Inbox.offer)
         self.finished: dict[str, int] = {}  # finished_reason -> requests
         self.timing: dict[int, Timing] = {}  # uid -> its clock, from open() to its finished reply
         self.sched = None  # the latest SchedulerStats
@@ -114,6 +115,8 @@ class ServerMetrics:
         yield CounterMetricFamily("minisgl:prompt_tokens", "Prompt tokens of finished requests.",
                                   value=self.prompt_tokens)
         yield CounterMetricFamily("minisgl:generation_tokens", "Generated tokens.", value=self.generation_tokens)
+        yield CounterMetricFamily("minisgl:sse_direct_writes", "Replies written to their stream by the API's receiver "
+                                  "itself, without waking the request's task.", value=self.direct_writes)
         fam = CounterMetricFamily("minisgl:request_success", "Finished requests by finish reason.",
                                   labels=["finished_reason"])
         for reason, n in sorted(self.finished.items()):
