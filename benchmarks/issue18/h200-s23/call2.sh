@@ -18,4 +18,5 @@ run timeout 280 python3 benchmarks/ab_serve.py --model-path benchmarks/configs/s
     --dummy-weights --rate "$RATE" --num-prompts 128 --common "--max-total-tokens 1000000" \
     --a "" "--b=--no-direct-write" --order ${CALL_ORDER:-ABBAABBA} --paired --bench "--client-procs 4" \
     --log-dir "$OUT/ab" --out "$OUT/ab_direct.json"
+tar -czf $OUT/ab.tgz -C $OUT ab && rm -rf $OUT/ab
 echo "call2: exit status $status" | tee -a "$LOG"
