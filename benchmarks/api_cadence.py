@@ -123,6 +123,8 @@ def measure(args, serve_args: list[str]) -> dict:
     results, duration, _ = run_load_sharded(url, reqs, args.client_procs, request_rate=rate,
                                             max_concurrency=args.streams if args.arrivals > 0 else None, progress=False)
     cpu = cpu_seconds(api.pid) - cpu0
+    direct = next((float(line.split()[-1]) for line in httpx.get(url + "/metrics").text.splitlines()
+                   if line.startswith("minisgl:sse_direct_writes_total")), None)
     done.set()
     if spy is not None:
         spy.send_signal(__import__("signal").SIGINT)  # py-spy writes its file on SIGINT
@@ -135,7 +137,8 @@ def measure(args, serve_args: list[str]) -> dict:
     itl = [x for r in results for x in r.itl]
     return {"serve_args": serve_args, "failed": s["failed"], "itl_ms": stats_ms(itl),
             "stand_in_late_ms_p99": 1e3 * sorted(late)[int(0.99 * (len(late) - 1))] if late else 0.0,
-            "api_us_per_token": 1e6 * cpu / max(s["total_output_tokens"], 1), "tokens": s["total_output_tokens"]}
+            "api_us_per_token": 1e6 * cpu / max(s["total_output_tokens"], 1), "tokens": s["total_output_tokens"],
+            "direct_writes": direct}
 
 
 def main() -> None:
@@ -160,7 +163,8 @@ def main() -> None:
             s = r["itl_ms"]
             print(f"  API {variant or '(default)':24s}: ITL p50 {s['median']:.3f}  p90 {s['p90']:.3f}  p99 {s['p99']:.3f} ms "
                   f"(p99 - truth {s['p99'] - args.interval_ms:+.3f} ms); API {r['api_us_per_token']:.1f} us/token; "
-                  f"stand-in late p99 {r['stand_in_late_ms_p99']:.3f} ms; failed {r['failed']}", flush=True)
+                  f"stand-in late p99 {r['stand_in_late_ms_p99']:.3f} ms; written directly {r['direct_writes']:.0f} of "
+                  f"{r['tokens']} tokens; failed {r['failed']}", flush=True)
     if args.out:
         Path(args.out).write_text(json.dumps({"args": vars(args), "runs": runs}, indent=1))
 

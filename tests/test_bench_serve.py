@@ -232,6 +232,93 @@ def test_sse_chunk_templates_equal_the_encoded_bodies():
                 assert t.render(text, ids) == event(body)
 
 
+# ---- direct writes: the receiver writes a sleeping stream's plain tokens itself --------------------
+def offer_past_the_queue(inbox, reply) -> bool:
+    """A kept wrong twin of Inbox.offer: it writes whenever the reader sleeps, even with replies still queued."""
+    from minisgl_edu.server.api import Inbox
+    if inbox.direct is not None and inbox.waiter is not None and inbox.direct(reply):
+        return True
+    Inbox.put_nowait(inbox, reply)
+    return False
+
+
+def stream_as_written(offer=None) -> tuple[list[str], int]:
+    """One stream through the real Inbox and direct_writer: what its client receives, in order, and how many replies
+    were written directly. The request's task (simulated) writes what was queued whenever it runs; the receiver
+    offers replies while the task sleeps, after a wake-up it has not run yet, and while a write would wait."""
+    from minisgl_edu.server.api import ChunkTemplate, Inbox, direct_writer
+    meta = {"id": "cmpl-1", "created": 1, "model": "m"}
+    template = ChunkTemplate.of(meta, False, 0, False)
+    wire: list[str] = []
+    backed_up = [False]
+
+    def send(message):
+        async def go():
+            if backed_up[0]:  # uvicorn waits for a backed-up socket before it writes
+                await loop.create_future()
+            wire.append(message["body"].decode())
+        return go()
+
+    loop = asyncio.new_event_loop()
+    inbox = Inbox()
+    inbox.direct = direct_writer(send, template)
+    offer = offer or Inbox.offer
+    plain = lambda i: UserReply(0, f"t{i}", False, None, 0, i)  # noqa: E731 -- a ReplyColumns row
+    direct = 0
+
+    def sleep():  # the task waits in Inbox.wait
+        inbox.waiter = loop.create_future()
+
+    def task_runs():  # it wakes, writes what is queued, in order (as sse() would)
+        inbox.waiter = None
+        while inbox.items:
+            wire.append(template.render(inbox.get_nowait().incremental_output, None))
+
+    sleep()
+    for i in range(1, 3):
+        direct += offer(inbox, plain(i))
+    inbox.wake()  # Frontend.tick woke the task; it has not run yet
+    direct += offer(inbox, UserReply(0, "w3", False, None, 0, 3, warning="w"))  # not plain: queued
+    direct += offer(inbox, plain(4))  # the task has not written w3 yet: t4 must wait behind it
+    task_runs()
+    sleep()
+    backed_up[0] = True
+    direct += offer(inbox, plain(5))  # the write would wait: queued, nothing half-sent
+    backed_up[0] = False
+    direct += offer(inbox, plain(6))
+    task_runs()
+    sleep()
+    direct += offer(inbox, UserReply(0, "", False, None, 0, 7))  # text held back: nothing to write either way
+    direct += offer(inbox, plain(8))
+    task_runs()
+    loop.close()
+    return [w.split('"text": ')[1].split(",")[0].strip('"') for w in wire], direct
+
+
+def test_direct_writes_keep_each_streams_order():
+    """Inbox.offer writes a plain reply at once only while the stream's task sleeps with nothing queued, and a write
+    that would wait is not half-made: the client sees every text once, in order. The wrong twin that writes past
+    queued replies is caught."""
+    texts, direct = stream_as_written()
+    assert texts == ["t1", "t2", "w3", "t4", "t5", "t6", "t8"]
+    assert direct == 4  # t1, t2, the empty reply 7, t8
+    wrong, _ = stream_as_written(offer_past_the_queue)
+    assert wrong != texts and wrong.index("t4") < wrong.index("w3")
+
+
+@pytest.mark.parametrize("serve_args", [[], ["--no-direct-write"]])
+def test_direct_writes_on_a_real_api_equal_the_task_writes(serve_args):
+    """The real API process (FastAPI, uvicorn) in front of api_cadence.py's stand-in workers: with direct writes on,
+    most tokens are written by the receiver (/metrics counts them) and every stream still gets all its tokens, its
+    finish and [DONE]; with --no-direct-write none is."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
+    import api_cadence
+    args = type("A", (), dict(streams=6, tokens=40, interval_ms=5.0, arrivals=0.0, client_procs=1, spy=None))
+    r = api_cadence.measure(args, serve_args)
+    assert r["failed"] == 0 and r["tokens"] == 6 * 40
+    assert (r["direct_writes"] > 6 * 40 // 2) if not serve_args else r["direct_writes"] == 0
+
+
 # ---- failures are counted: stub servers ----------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
