@@ -78,14 +78,15 @@ def main() -> int:
                        ratio=s["itl_ms"]["p99"] / med, clock=s.get("arrival_clock", "read"),
                        itl_read_p99=s["itl_read_ms"]["p99"], ratio_read=s["itl_read_ms"]["p99"] / med,
                        step_p99=s.get("step_p99_ms", float("nan")), api_itl_p99=s.get("api_itl_p99_ms", float("nan")),
-                       emit_p99=s.get("emit_p99_ms", float("nan")),
+                       emit_p99=s.get("emit_p99_ms", float("nan")), hop_ms=s.get("hop_ms", {}),
                        mixed_mean=s["step_ms"].get("mixed", float("nan")),
                        decode_mean=s["step_ms"].get("decode", float("nan")), cpu=s.get("cpu"))
             runs.append(row)
             print(f"run {i} {v} [{flags[v] or 'defaults'} {bench[v]}]: ITL p50/p99 {row['itl_p50']:.2f}/{row['itl_p99']:.2f} ms, "
                   f"median decode step {med:.2f} ms, ITL p99 / step {row['ratio']:.2f} ({row['clock']} clock; by read time "
                   f"{row['ratio_read']:.2f}), step p99 {row['step_p99']:.2f} ms, emitted / at the API ITL p99 {row['emit_p99']:.2f} / {row['api_itl_p99']:.2f} ms, TTFT p99 {row['ttft_p99']:.1f} ms, "
-                  f"mixed step {row['mixed_mean']:.2f} ms, {row['output_throughput']:.0f} tok/s, failed {row['failed']}",
+                  f"mixed step {row['mixed_mean']:.2f} ms, {row['output_throughput']:.0f} tok/s, failed {row['failed']}"
+                  + "".join(f"\n    hop {h}: median / p99 {q['median']:.3f} / {q['p99']:.3f} ms" for h, q in row["hop_ms"].items()),
                   flush=True)
     finally:
         for proc, _ in servers.values():

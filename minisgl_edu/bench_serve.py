@@ -805,6 +805,7 @@ def offline_subprocess(args, seed: int, threads: int | None = None) -> dict:
 STEP_METRIC = "minisgl:step_time_seconds"
 ITL_METRIC = "minisgl:inter_token_latency_seconds"  # observed by the API process as each reply arrives
 EMIT_METRIC = "minisgl:emit_interval_seconds"  # observed by the scheduler as it hands each step's tokens out
+HOP_METRIC = "minisgl:reply_hop_seconds"  # a step's replies, hop by hop from the scheduler to the API process
 
 
 def histogram_totals(url: str, names: dict[str, str]) -> dict[str, dict]:
@@ -870,13 +871,14 @@ def bench_serve_timed(a, url: str) -> dict:
     and the median (step_median_ms, from the histogram's buckets); the p99 of all steps together (step_p99_ms);
     and the p99 of the server's own ITL, timed where the scheduler hands the tokens out (emit_p99_ms) and where the
     API process receives the replies (api_itl_p99_ms). Beside the client's ITL p99 they say where a slow token was
-    slowed: the step, the loop around it, the way to the API process, or after it."""
-    names = {STEP_METRIC: "phase", ITL_METRIC: "", EMIT_METRIC: ""}
+    slowed: the step, the loop around it, the way to the API process, or after it. hop_ms: each hop of that way
+    (scheduler -> detokenizer, the detokenizer, detokenizer -> API), a step's latency there, median and p99."""
+    names = {STEP_METRIC: "phase", ITL_METRIC: "", EMIT_METRIC: "", HOP_METRIC: "hop"}
     h0 = histogram_totals(url, names)
     s = bench_serve(a)
     s.pop("config")
     h1 = histogram_totals(url, names)
-    (before, after), (itl0, itl1), (emit0, emit1) = ((h0[n], h1[n]) for n in names)
+    (before, after), (itl0, itl1), (emit0, emit1), (hop0, hop1) = ((h0[n], h1[n]) for n in names)
     s["step_ms"], s["step_median_ms"], deltas = {}, {}, []
     for p, (t, n, b) in after.items():
         t0, n0, b0 = before.get(p, (0, 0, []))
@@ -896,6 +898,12 @@ def bench_serve_timed(a, url: str) -> dict:
             was = dict(t0.get("", (0, 0, []))[2])
             if (p99 := histogram_quantile([(le, c - was.get(le, 0)) for le, c in t1[""][2]], 0.99)) is not None:
                 s[key] = 1e3 * p99
+    for hop, (_, _, b) in hop1.items():
+        was = dict(hop0.get(hop, (0, 0, []))[2])
+        delta = [(le, c - was.get(le, 0)) for le, c in b]
+        qs = [histogram_quantile(delta, q) for q in (0.5, 0.99)]
+        if None not in qs:
+            s.setdefault("hop_ms", {})[hop] = {"median": 1e3 * qs[0], "p99": 1e3 * qs[1]}
     return s
 
 

@@ -77,6 +77,7 @@ class TokenColumns:
     column ~0.05 us. Tokens that finish a request or carry extras (logprobs, clamped) still travel as DetokenizeMsg."""
     uids: list[int]
     next_tokens: list[int]
+    sent: float = 0.0  # when the scheduler handed them out (time.perf_counter: one clock for every process of a host)
 
     def rows(self) -> list[DetokenizeMsg]:
         return [DetokenizeMsg(u, t, False) for u, t in zip(self.uids, self.next_tokens)]
@@ -142,6 +143,11 @@ class ReplyColumns:
     texts: list[str]
     completion_tokens: list[int]
     output_ids: list[list[int]] | None = None
+    # the step's way here, on time.perf_counter's clock (shared by a host's processes; 0: not stamped): handed out by
+    # the scheduler, received and sent on by the detokenizer. The API adds its receipt (/metrics' reply hops)
+    sent: float = 0.0
+    detok_in: float = 0.0
+    detok_out: float = 0.0
 
     def rows(self) -> list[UserReply]:
         ids = self.output_ids or [None] * len(self.uids)

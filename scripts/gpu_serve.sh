@@ -52,6 +52,8 @@ for m, r in allres["models"].items():
               f"decode step mean/median {s['step_ms'].get('decode', float('nan')):.2f}/"
               f"{s.get('step_median_ms', {}).get('decode', float('nan')):.2f} ms  step p99 {s.get('step_p99_ms', float('nan')):.2f} ms  ITL p99 emitted / at the API {s.get('emit_p99_ms', float('nan')):.2f} / {s.get('api_itl_p99_ms', float('nan')):.2f} ms  "
               f"failed {s['failed']}")
+        for h, q in s.get("hop_ms", {}).items():
+            print(f"            a step's replies, hop {h}: median / p99 {q['median']:.3f} / {q['p99']:.3f} ms")
 PY
 tar -czf "$OUT/gpu_serve.tgz" -C "$OUT" $(cd "$OUT" && ls serve_*.json serve_*.log gpu_serve.json gpu_serve.log 2>/dev/null)  # one file back
 echo "gpu_serve: exit status $status" | tee -a "$LOG"

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tiny_model import tiny_model_dir
 
-from minisgl_edu.server.metrics import ITL_BUCKETS, Histogram, ServerMetrics, histogram_family
+from minisgl_edu.server.metrics import HOP_BUCKETS, HOPS, ITL_BUCKETS, Histogram, ServerMetrics, histogram_family
 
 
 def free_port() -> int:
@@ -190,6 +190,21 @@ def test_server_metrics_count_what_the_replies_say():
     assert not m.timing
 
 
+def test_reply_hops_time_each_leg_of_a_steps_way():
+    """ServerMetrics.on_hops: the three legs of a stamped ReplyColumns, each in its own bucket; an unstamped one
+    (--naive-stream's replies, another sender) is not counted."""
+    from minisgl_edu.messages import ReplyColumns
+    m = ServerMetrics("x")
+    m.on_hops(ReplyColumns([1], ["a"], [2], sent=10.0, detok_in=10.0003, detok_out=10.00042), 10.0012)
+    m.on_hops(ReplyColumns([1], ["b"], [3]), 11.0)
+    legs = {h: m.hops[h] for h in HOPS}
+    assert [sum(h.counts) for h in legs.values()] == [1, 1, 1]
+    for h, want in zip(HOPS, (0.0003, 0.00012, 0.00078)):
+        assert legs[h].sum == pytest.approx(want)
+        i = next(k for k, c in enumerate(legs[h].counts) if c)
+        assert HOP_BUCKETS[i - 1] < want <= HOP_BUCKETS[i]
+
+
 # ---- the real server -----------------------------------------------------------------------------
 def test_metrics_counters_agree_with_the_requests_sent(url):
     before = scrape(url)
@@ -210,6 +225,8 @@ def test_metrics_counters_agree_with_the_requests_sent(url):
     assert m["minisgl:time_to_first_token_seconds_count"] == 4 == m["minisgl:e2e_request_latency_seconds_count"]
     assert m["minisgl:inter_token_latency_seconds_count"] == sent_gen - 4
     assert m["minisgl:emit_interval_seconds_count"] == sent_gen - 4  # the same intervals, at the scheduler
+    for hop in HOPS:  # one ReplyColumns per step with a plain token: all of each request's tokens but its last
+        assert m[f"minisgl:reply_hop_seconds_count{{hop={hop}}}"] == sent_gen - 4
     assert m["minisgl:prefix_cache_queries_total"] == sent_prompt
     assert m["minisgl:prefix_cache_hits_total"] == len(prompts[0]) - 1  # all but the last prompt token
     assert m["minisgl:cache_hit_rate"] == pytest.approx((len(prompts[0]) - 1) / sent_prompt)

@@ -25,8 +25,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from ..messages import (AbortMsg, SchedulerStats, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode, encode,
-                        plain_reply, unbatch_rows)
+from ..messages import (AbortMsg, ReplyColumns, SchedulerStats, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode,
+                        encode, plain_reply, unbatch)
 from ..req import SamplingParams
 from .common import ServerConfig, freeze_startup_objects, trace
 from .protocol import (APIError, ChatRequest, CommonParams, CompletionRequest, DetokenizeRequest, TokenizeRequest,
@@ -165,7 +165,12 @@ class Frontend:
                 raws = [await sock.recv()]
                 while not self.cfg.naive_stream and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     raws.append(await sock.recv())  # a backlog: every request wakes once for all of it
-                replies = [r for raw in raws for r in unbatch_rows(decode(raw))]  # ReplyColumns as UserReplies
+                msgs = [m for raw in raws for m in unbatch(decode(raw))]
+                now = time.perf_counter()
+                for m in msgs:
+                    if type(m) is ReplyColumns:
+                        self.metrics.on_hops(m, now)
+                replies = [r for m in msgs for r in (m.rows() if type(m) is ReplyColumns else (m,))]  # as UserReplies
                 if self.cfg.hop_log:
                     trace(self.cfg, "api", "recv UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
                 replies = self.observe(replies)

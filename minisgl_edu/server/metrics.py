@@ -23,6 +23,10 @@ ITL_BUCKETS = tuple(round(0.0005 + 0.0001 * i, 4) for i in range(46)) + (0.0075,
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                480.0, 960.0)
 # 0.1 ms apart from 0.5 to 3 ms, where decode and mixed steps fall: fine enough for a median (bench_serve.step_median)
+# a reply's hops (scheduler -> detokenizer -> API), 0.05 ms apart up to 2 ms, then coarser
+HOP_BUCKETS = tuple(round(0.00005 * i, 5) for i in range(1, 41)) + (0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025,
+                                                                     0.05, 0.1, 0.25, 1.0)
+HOPS = ("scheduler_to_detokenizer", "detokenizer", "detokenizer_to_api")
 STEP_BUCKETS = tuple(round(0.0005 + 0.0001 * i, 4) for i in range(26)) + (0.004, 0.005, 0.0075, 0.01, 0.015, 0.02,
                                                                            0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
@@ -71,6 +75,7 @@ class ServerMetrics:
         self.ttft, self.itl, self.e2e = Histogram(TTFT_BUCKETS), Histogram(ITL_BUCKETS), Histogram(E2E_BUCKETS)
         self.prompt_tokens = self.generation_tokens = 0
         self.direct_writes = 0  # replies Frontend.listen wrote to their stream itself (api.py, Inbox.offer)
+        self.hops = {h: Histogram(HOP_BUCKETS) for h in HOPS}  # a step's plain replies on their way here
         self.finished: dict[str, int] = {}  # finished_reason -> requests
         self.timing: dict[int, Timing] = {}  # uid -> its clock, from open() to its finished reply
         self.sched = None  # the latest SchedulerStats
@@ -103,6 +108,14 @@ class ServerMetrics:
     def forget(self, uid: int) -> None:
         self.timing.pop(uid, None)
 
+    def on_hops(self, cols, now: float) -> None:
+        """One step's ReplyColumns arrived at `now`: time each hop of its way (chapter 1's process map, as latency):
+        scheduler -> detokenizer (the loop's rest, the pipe, the detokenizer's wake-up), the detokenizer's own work,
+        detokenizer -> API (the pipe, and the API's loop getting round to it)."""
+        if cols.sent and cols.detok_in and cols.detok_out:  # 0: not stamped (--naive-stream, another sender)
+            for h, d in zip(HOPS, (cols.detok_in - cols.sent, cols.detok_out - cols.detok_in, now - cols.detok_out)):
+                self.hops[h].observe(max(d, 0.0))
+
     def collect(self):
         """prometheus_client's collector protocol: build the families from the numbers we keep."""
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -115,6 +128,9 @@ class ServerMetrics:
         yield CounterMetricFamily("minisgl:prompt_tokens", "Prompt tokens of finished requests.",
                                   value=self.prompt_tokens)
         yield CounterMetricFamily("minisgl:generation_tokens", "Generated tokens.", value=self.generation_tokens)
+        yield histogram_family("minisgl:reply_hop_seconds", "A step's replies on their way from the scheduler to the "
+                               "API process, hop by hop (one observation per step).", HOP_BUCKETS,
+                               {h: (self.hops[h].counts, self.hops[h].sum) for h in HOPS}, "hop")
         yield CounterMetricFamily("minisgl:sse_direct_writes", "Replies written to their stream by the API's receiver "
                                   "itself, without waking the request's task.", value=self.direct_writes)
         fam = CounterMetricFamily("minisgl:request_success", "Finished requests by finish reason.",

@@ -255,14 +255,15 @@ def step(st: Rank) -> list:
     outs = st.sched.step()
     st.counters.observe_step(st.sched, (now := time.perf_counter()) - t0)
     st.counters.observe_emit(now, [o.uid for o in outs if o.token_id >= 0], [o.uid for o in outs if o.finished])
-    replies = token_replies(outs, st.columns)
+    replies = token_replies(outs, st.columns, now)
     if st.sched.idle:
         st.sched.check_integrity()  # every page is free or cached once nothing runs
     return replies
 
 
-def token_replies(outs: list, columns: bool) -> list:
-    """A step's TokenOutputs as DetokenizeMsgs; with `columns` the plain ones (most) as one TokenColumns, first."""
+def token_replies(outs: list, columns: bool, sent: float = 0.0) -> list:
+    """A step's TokenOutputs as DetokenizeMsgs; with `columns` the plain ones (most) as one TokenColumns, first,
+    stamped with when they were handed out (`sent`)."""
     replies, uids, tokens = [], [], []
     for o in outs:
         if columns and not o.finished and o.logprobs is None and not o.clamped:
@@ -271,7 +272,7 @@ def token_replies(outs: list, columns: bool) -> list:
         else:
             replies.append(DetokenizeMsg(o.uid, o.token_id, o.finished, o.finish_reason, o.prompt_len,
                                          clamped=o.clamped, logprobs=o.logprobs))
-    return [TokenColumns(uids, tokens)] + replies if uids else replies  # a step's uids are distinct: columns first
+    return [TokenColumns(uids, tokens, sent)] + replies if uids else replies  # a step's uids are distinct: columns first
 
 
 def report(st: Rank) -> RankReport:

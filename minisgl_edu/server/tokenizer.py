@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 
 from ..messages import (BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ExitMsg, ReplyColumns, SchedulerStats,
@@ -218,9 +219,9 @@ def detokenize_columns(tok, states: dict[int, DecodeState], cols: TokenColumns, 
             if t >= 0:
                 s.ids.append(t)
         return ReplyColumns(cols.uids, [""] * len(sts), [len(s.ids) for s in sts],
-                            [[t] if t >= 0 else [] for t in cols.next_tokens])
+                            [[t] if t >= 0 else [] for t in cols.next_tokens], sent=cols.sent)
     texts = detokenize_batch(tok, sts, cols.next_tokens, [False] * len(sts), decoder)
-    return ReplyColumns(cols.uids, texts, [len(s.ids) for s in sts])
+    return ReplyColumns(cols.uids, texts, [len(s.ids) for s in sts], sent=cols.sent)
 
 
 def detokenize_wake(tok, states: dict[int, DecodeState], msgs: list, naive: bool) -> list:
@@ -252,14 +253,24 @@ def reply_uids(items: list, cls: type, cols: type) -> list[int]:
 
 def detokenize_loop(tok, inbox: Queue, to_frontend: Queue, cfg: ServerConfig) -> None:
     states: dict[int, DecodeState] = {}
+    spin = cfg.relay_spin_us / 1e6
     while True:
+        if spin:  # poll a while before sleeping in the receive: the next step's tokens come ~a step later
+            deadline = time.perf_counter() + spin
+            while not inbox.ready() and time.perf_counter() < deadline:
+                pass
         msgs = receive_all(inbox, rows=False)  # a TokenColumns stays one message, through to its ReplyColumns
+        received = time.perf_counter()
         if cfg.hop_log:
             trace(cfg, "detokenizer", "recv DetokenizeMsg", reply_uids(msgs, DetokenizeMsg, TokenColumns))
         replies = detokenize_wake(tok, states, msgs, cfg.naive_stream)
         if replies:
             if cfg.hop_log:
                 trace(cfg, "detokenizer", "send UserReply", reply_uids(replies, UserReply, ReplyColumns))
+            now = time.perf_counter()
+            for r in replies:
+                if type(r) is ReplyColumns:  # the step's way so far, for /metrics' reply hops
+                    r.detok_in, r.detok_out = received, now
             to_frontend.put(BatchFrontendMsg(replies))
         if any(isinstance(m, ExitMsg) for m in msgs):
             return
