@@ -83,14 +83,11 @@ class ServerConfig(SchedulerConfig):
     http_parser: str | None = None  # uvicorn's HTTP parser: "httptools" | "h11"; None: httptools when installed (the compiled one)
     early_receive: bool = True  # one rank, overlap loop: new requests are read while a step's tokens travel; False: at the loop's top only
     direct_write: bool = True  # a stream's plain tokens are written by the API's receiver itself; False: by its own task
-    relay_spin_us: int = 0  # the detokenizer polls this long for the next step before it sleeps (0: it sleeps at once)
     gc_threshold: int = 10_000  # each server process collects after this many net new tracked objects; 700: Python's default
 
     def __post_init__(self):
         super().__post_init__()
         _at_least_one(self, "num_tokenizers", "gc_threshold")  # 0 would switch the collector off
-        if self.relay_spin_us < 0:
-            raise ValueError(f"relay_spin_us must be >= 0, got {self.relay_spin_us}")
         if self.http_parser not in (None, "httptools", "h11"):
             raise ValueError(f"http_parser must be 'httptools' or 'h11', got {self.http_parser!r}")
         if self.http_parser == "httptools" and not _installed("httptools"):  # refused before any worker starts

@@ -77,8 +77,6 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                                                      "net new ones (default 10000; 700: Python's own)")
     ap.add_argument("--no-direct-write", dest="direct_write", action="store_false",
                     help="write every SSE event from its request's own task (the twin of the direct writes)")
-    ap.add_argument("--relay-spin-us", type=int, help="the detokenizer polls this many microseconds for the next "
-                    "step before it sleeps (default 0; a spare core on a GPU host: a sleeping process wakes late)")
     ap.add_argument("--naive-stream", action="store_true",
                     help="the per-token twins of the streaming path (one decode and one SSE event per token)")
     kw = vars(ap.parse_args(argv))

@@ -253,12 +253,7 @@ def reply_uids(items: list, cls: type, cols: type) -> list[int]:
 
 def detokenize_loop(tok, inbox: Queue, to_frontend: Queue, cfg: ServerConfig) -> None:
     states: dict[int, DecodeState] = {}
-    spin = cfg.relay_spin_us / 1e6
     while True:
-        if spin:  # poll a while before sleeping in the receive: the next step's tokens come ~a step later
-            deadline = time.perf_counter() + spin
-            while not inbox.ready() and time.perf_counter() < deadline:
-                pass
         msgs = receive_all(inbox, rows=False)  # a TokenColumns stays one message, through to its ReplyColumns
         received = time.perf_counter()
         if cfg.hop_log:
