@@ -349,6 +349,55 @@ def draw_arrival_clock(path: Path, src: Path = S22) -> None:
     plt.close(fig)
 
 
+S23 = ROOT / "benchmarks" / "issue18" / "h200-s23"  # session 23: a slow token's legs, and the relay's hops
+
+
+def draw_token_legs(path: Path, src: Path = S23) -> None:
+    """Chapter 9: left, each served run's client ITL p99 cut into its legs (the median decode step, the steps' own
+    tail to their p99, the loop around the step, the relay to the API, the API's writes and the client); right, the
+    relay's three hops per step (median and p99) from /metrics' reply hops."""
+    import matplotlib.pyplot as plt
+
+    rows = []
+    for s in json.loads((src / "call1" / "gpu_serve.json").read_text())["models"]["smollm2-135m"]["sweep"]:
+        rows.append(("1", s["step_median_ms"]["decode"], s["step_p99_ms"], s["emit_p99_ms"], s["api_itl_p99_ms"],
+                     s["itl_ms"]["p99"]))
+    for call, name in (("call2", "ab_direct.json"), ("call3", "ab_spin.json")):
+        for r in json.loads((src / call / name).read_text())["runs"]:
+            if r["variant"] == "A":  # the defaults
+                rows.append((call[-1], r["decode_median"], r["step_p99"], r["emit_p99"], r["api_itl_p99"], r["itl_p99"]))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10.5, 3.9), gridspec_kw={"width_ratios": [1.6, 1]})
+    legs = [("median decode step", "#c8c8c8"), ("steps' tail (step p99)", "#4c72b0"), ("loop (emission p99)", "#55a868"),
+            ("relay (API receive p99)", "#dd8452"), ("writes + client (client p99)", "#8172b3")]
+    for y, (call, med, step, emit, api, client) in enumerate(rows):
+        left = 0.0
+        for (label, color), edge in zip(legs, (med, step, emit, api, client)):
+            width = max(edge - left, 0.0)  # a leg that came out negative (p99s are not additive) is drawn empty
+            ax.barh(y, width, left=left, color=color, label=label if y == 0 else None, height=0.7)
+            left = max(left, edge)
+        ax.plot([2 * med] * 2, [y - 0.4, y + 0.4], color="black", lw=1.2)
+    ax.set_yticks(range(len(rows)), [f"call {r[0]}" for r in rows], fontsize=7.5)
+    ax.invert_yaxis()
+    ax.set_xlabel("ms (black tick: 2 x the median decode step, the target for the client's ITL p99)", fontsize=8)
+    ax.set_title("SmolLM2 served at half the peak rate (H200): a slow token's legs at p99, one bar per run", fontsize=8.5)
+    ax.legend(fontsize=7, frameon=False, loc="lower right")
+    hops = [r["hop_ms"] for r in json.loads((src / "call3" / "ab_spin.json").read_text())["runs"] if r["variant"] == "A"]
+    names = list(hops[0])
+    for x, h in enumerate(names):
+        bx.plot([x - 0.1] * len(hops), [r[h]["median"] for r in hops], "o", color="#8c8c8c", ms=5,
+                label="median" if x == 0 else None)
+        bx.plot([x + 0.1] * len(hops), [r[h]["p99"] for r in hops], "o", color="#c44e52", ms=5,
+                label="p99" if x == 0 else None)
+    bx.set_xticks(range(len(names)), [n.replace("_to_", " ->\n") for n in names], fontsize=7.5)
+    bx.set_ylim(0, None)
+    bx.set_ylabel("ms per step", fontsize=8)
+    bx.set_title("the relay hop by hop (minisgl:reply_hop_seconds),\nfour runs at 40 req/s (call 3)", fontsize=8.5)
+    bx.legend(fontsize=7.5, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     if "--check" in argv:
@@ -366,6 +415,7 @@ def main(argv: list[str]) -> int:
     draw_mixed_budget(OUT / "09-mixed-budget.png")
     draw_client_share(OUT / "09-client-share.png")
     draw_arrival_clock(OUT / "09-arrival-clock.png")
+    draw_token_legs(OUT / "09-token-legs.png")
     print("wrote", ", ".join(sorted(p.name for p in OUT.glob("*.png"))))
     return 0
 

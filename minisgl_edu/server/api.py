@@ -176,9 +176,11 @@ class Frontend:
                 replies = self.observe(replies)
                 for reply in replies:
                     q = self.queues.get(reply.uid)
-                    if isinstance(q, Inbox):
+                    if q is None:  # replies of aborted requests find no queue
+                        continue
+                    if isinstance(q, Inbox):  # a plain token of a sleeping stream: written out here
                         self.metrics.direct_writes += q.offer(reply)
-                    elif q is not None:  # replies of aborted requests find no queue
+                    else:
                         q.put_nowait(reply)
         finally:
             sock.close(linger=0)
