@@ -540,7 +540,7 @@ async def respond(request: Request, body: CommonParams, make_msg, sp: SamplingPa
             "model": cfg.served_name}
     streams = [stream_replies(frontend, uid, q, f, StopStrings(body.stops), request) for uid, q, f in started]
     if body.stream:
-        # one choice, no stop strings, no logprobs: its plain tokens can skip its task (chapter 9, "Write it now")
+        # one choice, no stop strings, no logprobs: its plain tokens can skip its task (chapter 9, "a write without a wake-up")
         lane = DirectLane(started[0][1]) if (cfg.direct_write and not cfg.naive_stream and len(started) == 1
                                             and not body.stops and sp.logprobs is None) else None
         events = sse(merge(streams), meta, chat, body.include_usage, len(streams), not cfg.naive_stream,

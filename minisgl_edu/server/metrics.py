@@ -23,12 +23,12 @@ ITL_BUCKETS = tuple(round(0.0005 + 0.0001 * i, 4) for i in range(46)) + (0.0075,
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                480.0, 960.0)
 # 0.1 ms apart from 0.5 to 3 ms, where decode and mixed steps fall: fine enough for a median (bench_serve.step_median)
+STEP_BUCKETS = tuple(round(0.0005 + 0.0001 * i, 4) for i in range(26)) + (0.004, 0.005, 0.0075, 0.01, 0.015, 0.02,
+                                                                           0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 # a reply's hops (scheduler -> detokenizer -> API), 0.05 ms apart up to 2 ms, then coarser
 HOP_BUCKETS = tuple(round(0.00005 * i, 5) for i in range(1, 41)) + (0.0025, 0.003, 0.004, 0.005, 0.0075, 0.01, 0.025,
                                                                      0.05, 0.1, 0.25, 1.0)
 HOPS = ("scheduler_to_detokenizer", "detokenizer", "detokenizer_to_api")
-STEP_BUCKETS = tuple(round(0.0005 + 0.0001 * i, 4) for i in range(26)) + (0.004, 0.005, 0.0075, 0.01, 0.015, 0.02,
-                                                                           0.03, 0.05, 0.075, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
 @dataclass
