@@ -565,6 +565,44 @@ def test_step_p99_over_every_phase(merge):
         assert got < 1.5e-3
 
 
+def hop_ms_of_totals(before: dict, after: dict) -> dict:
+    """A kept wrong twin of bench_serve_timed's hop_ms: quantiles of the server's totals, not of this run's steps."""
+    from minisgl_edu.bench_serve import histogram_quantile
+    return {h: {"median": 1e3 * histogram_quantile(b, 0.5), "p99": 1e3 * histogram_quantile(b, 0.99)}
+            for h, (_, _, b) in after.items()}
+
+
+@pytest.mark.parametrize("reader", ["bench", "totals"])
+def test_hop_ms_reads_only_the_runs_own_steps(monkeypatch, reader):
+    """bench_serve_timed's hop_ms: each hop's median and p99 over the steps of this run alone (the /metrics totals
+    after minus before), where an earlier run left slow hops in the same histograms."""
+    import itertools
+
+    from minisgl_edu.bench_serve import HOP_METRIC, bench_serve_timed
+    from minisgl_edu.server.metrics import HOP_BUCKETS, HOPS, Histogram
+    earlier, run = [3e-3] * 400, [2.2e-4] * 300 + [6.8e-4] * 3  # 1 % of this run's steps are slow ones
+    hists = {h: Histogram(HOP_BUCKETS) for h in HOPS}
+
+    def totals():
+        return {h: (x.sum, sum(x.counts), list(zip(HOP_BUCKETS + (math.inf,), itertools.accumulate(x.counts))))
+                for h, x in hists.items()}
+    for x in hists.values():
+        for v in earlier:
+            x.observe(v)
+    before = totals()
+    for x in hists.values():
+        for v in run:
+            x.observe(v)
+    after = totals()
+    calls = iter([before, after])
+    monkeypatch.setattr(bench_serve, "histogram_totals", lambda url, names: {n: next(calls) if n == HOP_METRIC else {}
+                                                                              for n in names})
+    monkeypatch.setattr(bench_serve, "bench_serve", lambda a: {"config": {}})
+    got = bench_serve_timed(None, "http://stub")["hop_ms"] if reader == "bench" else hop_ms_of_totals(before, after)
+    ok = all(0.2 <= q["median"] <= 0.25 and 0.2 <= q["p99"] <= 0.7 for q in got.values())
+    assert set(got) == set(HOPS) and ok == (reader == "bench"), got
+
+
 # ---- arrival stamps: the client's clock is when bytes arrived, not when its loop got to them ----------------
 def paced_server(times: list[float]) -> str:
     """One streamed completion whose events leave at `times` (seconds after the request came in), one per packet."""
