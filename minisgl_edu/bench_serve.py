@@ -17,7 +17,7 @@ import struct
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 WORDS = ("the of and to in is that for it as with was on be by at this from or are an have not they which one "
          "you were all we she there can their has been more will if would when what so about up out into some "
@@ -835,10 +835,11 @@ def histogram_totals(url: str, names: dict[str, str]) -> dict[str, dict]:
     return out
 
 
-def step_totals(url: str) -> dict:
-    """{phase: (seconds, steps, [(upper bound, cumulative steps), ...])} so far, from the server's /metrics
-    step-time histogram ({} without one)."""
-    return histogram_totals(url, {STEP_METRIC: "phase"})[STEP_METRIC]
+def run_buckets(before: dict, after: dict, key: str) -> list[tuple[float, float]]:
+    """One label's cumulative buckets counted during a run: histogram_totals' `after` minus `before` ({} or no such
+    label before: nothing yet)."""
+    was = dict(before.get(key, (0, 0, []))[2])
+    return [(le, c - was.get(le, 0)) for le, c in after[key][2]]
 
 
 def histogram_quantile(buckets: list[tuple[float, float]], q: float = 0.5) -> float | None:
@@ -880,12 +881,11 @@ def bench_serve_timed(a, url: str) -> dict:
     h1 = histogram_totals(url, names)
     (before, after), (itl0, itl1), (emit0, emit1), (hop0, hop1) = ((h0[n], h1[n]) for n in names)
     s["step_ms"], s["step_median_ms"], deltas = {}, {}, []
-    for p, (t, n, b) in after.items():
-        t0, n0, b0 = before.get(p, (0, 0, []))
+    for p, (t, n, _) in after.items():
+        t0, n0, _ = before.get(p, (0, 0, []))
         if n > n0:
             s["step_ms"][p] = 1e3 * (t - t0) / (n - n0)
-            was = dict(b0)
-            deltas.append([(le, c - was.get(le, 0)) for le, c in b])
+            deltas.append(run_buckets(before, after, p))
             med = histogram_quantile(deltas[-1])
             if med is not None:
                 s["step_median_ms"][p] = 1e3 * med
@@ -894,14 +894,10 @@ def bench_serve_timed(a, url: str) -> dict:
     # the server's ITL where the API process receives each reply (before its writes), and where the scheduler
     # hands the tokens out (before the detokenizer): with the client's, three points on a token's way
     for key, t0, t1 in (("api_itl_p99_ms", itl0, itl1), ("emit_p99_ms", emit0, emit1)):
-        if "" in t1:
-            was = dict(t0.get("", (0, 0, []))[2])
-            if (p99 := histogram_quantile([(le, c - was.get(le, 0)) for le, c in t1[""][2]], 0.99)) is not None:
-                s[key] = 1e3 * p99
-    for hop, (_, _, b) in hop1.items():
-        was = dict(hop0.get(hop, (0, 0, []))[2])
-        delta = [(le, c - was.get(le, 0)) for le, c in b]
-        qs = [histogram_quantile(delta, q) for q in (0.5, 0.99)]
+        if "" in t1 and (p99 := histogram_quantile(run_buckets(t0, t1, ""), 0.99)) is not None:
+            s[key] = 1e3 * p99
+    for hop in hop1:
+        qs = [histogram_quantile(run_buckets(hop0, hop1, hop), q) for q in (0.5, 0.99)]
         if None not in qs:
             s.setdefault("hop_ms", {})[hop] = {"median": 1e3 * qs[0], "p99": 1e3 * qs[1]}
     return s

@@ -307,7 +307,7 @@ def test_direct_writes_keep_each_streams_order():
 
 
 @pytest.mark.parametrize("serve_args", [[], ["--no-direct-write"]])
-def test_direct_writes_on_a_real_api_equal_the_task_writes(serve_args):
+def test_direct_writes_on_a_real_api_deliver_every_token(serve_args):
     """The real API process (FastAPI, uvicorn) in front of api_cadence.py's stand-in workers: with direct writes on,
     most tokens are written by the receiver (/metrics counts them) and every stream still gets all its tokens, its
     finish and [DONE]; with --no-direct-write none is."""

@@ -26,7 +26,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from ..messages import (AbortMsg, ReplyColumns, SchedulerStats, StatsMsg, StatsReply, TokenizeMsg, UserReply, decode,
-                        encode, plain_reply, unbatch)
+                        encode, plain_reply, unbatch, unbatch_rows)
 from ..req import SamplingParams
 from .common import ServerConfig, freeze_startup_objects, trace
 from .protocol import (APIError, ChatRequest, CommonParams, CompletionRequest, DetokenizeRequest, TokenizeRequest,
@@ -81,7 +81,7 @@ class Inbox:
     def __init__(self):
         self.items: collections.deque = collections.deque()
         self.waiter: asyncio.Future | None = None
-        self.direct = None  # a stream's writer of plain replies (`direct_writer`), set once its headers are out
+        self.direct = None  # a stream's writer of plain replies (`direct_writer`), set as its response starts
 
     def put_nowait(self, reply) -> None:
         self.items.append(reply)
@@ -165,15 +165,9 @@ class Frontend:
                 raws = [await sock.recv()]
                 while not self.cfg.naive_stream and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     raws.append(await sock.recv())  # a backlog: every request wakes once for all of it
-                msgs = [m for raw in raws for m in unbatch(decode(raw))]
-                now = time.perf_counter()
-                for m in msgs:
-                    if type(m) is ReplyColumns:
-                        self.metrics.on_hops(m, now)
-                replies = [r for m in msgs for r in (m.rows() if type(m) is ReplyColumns else (m,))]  # as UserReplies
+                replies = self.observe([m for raw in raws for m in unbatch(decode(raw))])
                 if self.cfg.hop_log:
                     trace(self.cfg, "api", "recv UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
-                replies = self.observe(replies)
                 for reply in replies:
                     q = self.queues.get(reply.uid)
                     if q is None:  # replies of aborted requests find no queue
@@ -185,17 +179,21 @@ class Frontend:
         finally:
             sock.close(linger=0)
 
-    def observe(self, replies: list) -> list:
-        """Feed /metrics (latencies and token counts as replies arrive; the scheduler's SchedulerStats, which
-        are for us alone and are taken out); return the replies that go to a request's queue."""
+    def observe(self, msgs: list) -> list:
+        """Feed /metrics as messages arrive (a step's ReplyColumns: the hops of its way, then each row's latency and
+        tokens; the scheduler's SchedulerStats, which are for us alone and are taken out); return the replies that
+        go to a request's queue, the columns expanded into UserReplies."""
         now, out = time.perf_counter(), []
-        for reply in replies:
-            if isinstance(reply, SchedulerStats):
-                self.metrics.sched = reply
+        for m in msgs:
+            if isinstance(m, SchedulerStats):
+                self.metrics.sched = m
                 continue
-            if isinstance(reply, UserReply):
-                self.metrics.on_reply(reply, now)
-            out.append(reply)
+            if type(m) is ReplyColumns:
+                self.metrics.on_hops(m, now)
+            for reply in unbatch_rows(m):
+                if isinstance(reply, UserReply):
+                    self.metrics.on_reply(reply, now)
+                out.append(reply)
         return out
 
     async def tick(self) -> None:
@@ -539,13 +537,14 @@ async def respond(request: Request, body: CommonParams, make_msg, sp: SamplingPa
     meta = {"id": f"{'chatcmpl' if chat else 'cmpl'}-{started[0][0]}", "created": int(time.time()),
             "model": cfg.served_name}
     streams = [stream_replies(frontend, uid, q, f, StopStrings(body.stops), request) for uid, q, f in started]
-    if body.stream:
+    if body.stream:  # text chunks through a ChunkTemplate per choice (not --naive-stream)
+        templates = [None if cfg.naive_stream else ChunkTemplate.of(meta, chat, i, cfg.skip_tokenizer_init)
+                     for i in range(len(streams))]
         # one choice, no stop strings, no logprobs: its plain tokens can skip its task (chapter 9, "a write without a wake-up")
-        lane = DirectLane(started[0][1]) if (cfg.direct_write and not cfg.naive_stream and len(started) == 1
-                                            and not body.stops and sp.logprobs is None) else None
-        events = sse(merge(streams), meta, chat, body.include_usage, len(streams), not cfg.naive_stream,
-                     cfg.skip_tokenizer_init, lane)
-        return SSEResponse(events, lane, media_type="text/event-stream", headers=headers)
+        direct = cfg.direct_write and len(started) == 1 and not body.stops and sp.logprobs is None
+        events = sse(merge(streams), meta, chat, body.include_usage, templates)
+        return SSEResponse(events, started[0][1], templates[0] if direct else None, media_type="text/event-stream",
+                           headers=headers)
     choices = await asyncio.gather(*(collect(s) for s in streams))
     dead = next((c[2] for c in choices if c[2].error is not None), None)
     if dead is not None:
@@ -648,24 +647,17 @@ class ChunkTemplate:
         return f"{self.head}{json.dumps(text)}{self.tail}"
 
 
-@dataclass
-class DirectLane:
-    """A stream whose plain replies `Frontend.listen` may write itself: its inbox, and its response's ASGI `send`
-    once the response has one."""
-    inbox: Inbox
-    send: object = None
-
-
 class SSEResponse(StreamingResponse):
-    """A StreamingResponse that lends its ASGI `send` to the stream's DirectLane."""
+    """A StreamingResponse whose plain text events `Frontend.listen` may write itself (`Inbox.offer`): given the
+    stream's inbox and its ChunkTemplate (None: every event goes through the task)."""
 
-    def __init__(self, content, lane: DirectLane | None, **kw):
+    def __init__(self, content, inbox: Inbox | asyncio.Queue, template: "ChunkTemplate | None", **kw):
         super().__init__(content, **kw)
-        self.lane = lane
+        self.inbox, self.template = inbox, template
 
     async def __call__(self, scope, receive, send):
-        if self.lane is not None:
-            self.lane.send = send  # used only while the stream's task sleeps between events: the headers are out by then
+        if self.template is not None:  # the task sleeps in its inbox only between events, once the headers and every
+            self.inbox.direct = direct_writer(send, self.template)  # earlier event are out: the writes keep the order
         await super().__call__(scope, receive, send)
 
 
@@ -697,20 +689,18 @@ def direct_writer(send, template: "ChunkTemplate"):
     return write
 
 
-async def sse(replies, meta: dict, chat: bool, include_usage: bool, n: int, fast: bool = True,
-              with_ids: bool = False, lane: DirectLane | None = None) -> AsyncIterator[str]:
+async def sse(replies, meta: dict, chat: bool, include_usage: bool,
+              templates: list["ChunkTemplate | None"]) -> AsyncIterator[str]:
     """Server-sent events: a role chunk (chat), one chunk per piece of text, the finish, usage, [DONE].
-    `fast`: text chunks through a ChunkTemplate per choice (with_ids: every text chunk carries token ids).
-    `lane` (one choice): after the first event, plain text chunks are written by `Frontend.listen` directly."""
-    templates = [ChunkTemplate.of(meta, chat, i, with_ids) if fast else None for i in range(n)]
+    One entry of `templates` per choice: its text chunks through that ChunkTemplate (with token ids if it has
+    them), or built whole (None: --naive-stream, or a name the template cannot hold)."""
+    n = len(templates)
     if chat:
         for i in range(n):
             yield event(chunk_body(meta, chat, i, "", None, None, role=True))
     last: dict[int, UserReply] = {}
     offset = [0] * n  # completions' text_offset: characters of logprob tokens sent so far, per choice
     async for i, text, reply in replies:
-        if lane is not None and lane.send is not None and templates[0] is not None and lane.inbox.direct is None:
-            lane.inbox.direct = direct_writer(lane.send, templates[0])  # from this event's send on, in order
         last[i] = reply
         if reply.error is not None:  # a worker died mid-stream: say so, then end without [DONE]
             yield event({"error": {"message": reply.error, "type": "service_unavailable"}})
