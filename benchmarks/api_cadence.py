@@ -4,8 +4,8 @@ of a stand-in for the workers that answers every stream in lockstep at an exact 
     python benchmarks/api_cadence.py [--streams 48] [--interval-ms 1.5] [--tokens 300] [--arrivals 0]
                                      [--serve-args "--naive-stream"] [--repeats 2]
 
-The stand-in (its own process, no asyncio) binds the tokenizer's and connects to the frontend's ZMQ addresses, as the
-tokenizer and the detokenizer do. Every `--interval-ms` it sends one BatchFrontendMsg holding one reply per live
+The stand-in (its own process, no asyncio) binds the tokenizer's ZMQ address and connects to the frontend's (a plain socket, as the
+tokenizer and the detokenizer do; ZMQ with `--serve-args " --no-reply-socket"`). Every `--interval-ms` it sends one BatchFrontendMsg holding one reply per live
 stream (the plain ones as ReplyColumns, as the detokenizer does), so each stream's true interval is the interval. The
 client is `bench serve`'s (`--client-procs` processes). With `--arrivals R` a further stream starts R times a second
 (each one a new HTTP request and, later, a finish, as a served load has): their handling shares the API's loop with
@@ -29,18 +29,16 @@ from minisgl_edu.bench_serve import BenchRequest, free_port, run_load_sharded, s
 MODEL = str(Path(__file__).resolve().parent / "configs" / "smollm2-135m")  # only its name and context length are read
 
 
-def stand_in(root: str, interval_s: float, ready, done, late_q) -> None:
+def stand_in(root: str, reply_socket: bool, interval_s: float, ready, done, late_q) -> None:
     """The workers' stand-in: TokenizeMsgs in, one reply per live stream every interval out."""
     import zmq
 
     from minisgl_edu.messages import AbortMsg, BatchFrontendMsg, TokenizeMsg, UserReply, decode, encode, reply_columns, unbatch
-    from minisgl_edu.server.queues import Addresses
-    addrs = Addresses(root, 1)
-    ctx = zmq.Context.instance()
-    inbox = ctx.socket(zmq.PULL)
+    from minisgl_edu.server.queues import Addresses, push
+    addrs = Addresses(root, 1, reply_socket)
+    inbox = zmq.Context.instance().socket(zmq.PULL)
     inbox.bind(addrs.tokenizer(0))
-    out = ctx.socket(zmq.PUSH)
-    out.connect(addrs.frontend)
+    out = push(addrs.frontend)  # the detokenizer's wire: a plain socket, or ZMQ with --no-reply-socket
     ready.set()
     live: dict[int, list[int]] = {}  # uid -> [tokens sent, max_tokens, prompt tokens]
     late, t_next = [], time.perf_counter() + interval_s
@@ -63,7 +61,7 @@ def stand_in(root: str, interval_s: float, ready, done, late_q) -> None:
             if fin:
                 del live[uid]
         if replies:
-            out.send(encode(BatchFrontendMsg(reply_columns(replies))))
+            out.put_raw(encode(BatchFrontendMsg(reply_columns(replies))))
         t_next += interval_s
         if t_next < time.perf_counter():  # never burst to catch up: each tick is one interval after the last
             t_next = time.perf_counter() + interval_s
@@ -78,7 +76,7 @@ def api_server(root: str, port: int, serve_args: list[str]) -> None:
     from minisgl_edu.server.launcher import http_stack
     from minisgl_edu.server.queues import Addresses
     cfg, _ = parse_args(["--model", MODEL, "--device", "cpu", "--port", str(port), *serve_args])  # serve's own flags
-    frontend = Frontend(Addresses(root, 1), cfg)
+    frontend = Frontend(Addresses(root, 1, cfg.reply_socket), cfg)
     loop, http = http_stack(cfg.http_parser)
     uvicorn.Server(uvicorn.Config(create_app(cfg, frontend), host="127.0.0.1", port=port, loop=loop, http=http,
                                   log_level="warning")).run()
@@ -95,7 +93,9 @@ def measure(args, serve_args: list[str]) -> dict:
     root = __import__("tempfile").mkdtemp(prefix="minisgl-")
     ready, done, late_q = mp.Event(), mp.Event(), mp.Queue()
     port = free_port()
-    backend = mp.Process(target=stand_in, args=(root, args.interval_ms / 1e3, ready, done, late_q), daemon=True)
+    reply_socket = "--no-reply-socket" not in serve_args  # the stand-in speaks the API's wire
+    backend = mp.Process(target=stand_in, args=(root, reply_socket, args.interval_ms / 1e3, ready, done, late_q),
+                         daemon=True)
     api = mp.Process(target=api_server, args=(root, port, serve_args), daemon=True)
     backend.start()
     ready.wait(30)

@@ -63,6 +63,7 @@ class SchedulerConfig(EngineConfig):
     use_count: bool = True  # False: chapter 8's counter-example, each rank takes what *it* has seen
     forward_lag_s: float = 0.0  # chapter 8: rank 0 forwards each step's messages this late (a slow link)
     skip_tokenizer_init: bool = False  # token ids in, token ids out: no process loads a tokenizer (chapter 9)
+    reply_socket: bool = True  # the replies' hops (scheduler -> detokenizer -> API) over plain UNIX sockets; False: ZMQ (chapter 1)
 
     def __post_init__(self):
         super().__post_init__()

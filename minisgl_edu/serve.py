@@ -77,6 +77,8 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                                                      "net new ones (default 10000; 700: Python's own)")
     ap.add_argument("--no-direct-write", dest="direct_write", action="store_false",
                     help="write every SSE event from its request's own task (the twin of the direct writes)")
+    ap.add_argument("--no-reply-socket", dest="reply_socket", action="store_false",
+                    help="send the replies (scheduler -> detokenizer -> API) over ZMQ, as the requests go, not plain sockets")
     ap.add_argument("--naive-stream", action="store_true",
                     help="the per-token twins of the streaming path (one decode and one SSE event per token)")
     kw = vars(ap.parse_args(argv))

@@ -18,6 +18,8 @@ import time
 import httpx
 import psutil
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from minisgl_edu import LLM, SamplingParams
 from minisgl_edu.server.tokenizer import DecodeState, detokenize_next
@@ -151,10 +153,12 @@ def test_flags_are_config_fields_with_one_default(model_path):
     cfg, _ = parse_args(["--model", model_path, "--device", "cpu", "--attention", "reference", "--no-fused-kernels",
                          "--no-overlap", "--context-length", "100", "--page-size", "4", "--hop-log", "h.jsonl",
                          "--moe-impl", "grouped", "--no-qk-kernel", "--no-gemv-kernel", "--no-warm-start",
-                         "--no-early-receive", "--early-admit", "--http-parser", "h11", "--gc-threshold", "700"])
+                         "--no-early-receive", "--early-admit", "--http-parser", "h11", "--gc-threshold", "700",
+                         "--no-reply-socket"])
     changed = {f.name for f in fields(cfg) if getattr(cfg, f.name) != getattr(plain, f.name)}
     assert changed == {"attention", "fused_kernels", "overlap", "max_seq_len", "page_size", "hop_log", "moe_impl", "qk_kernel",
-                       "gemv_kernel", "warm_start", "early_receive", "early_admit", "http_parser", "gc_threshold"}
+                       "gemv_kernel", "warm_start", "early_receive", "early_admit", "http_parser", "gc_threshold",
+                       "reply_socket"}
     assert (cfg.attention, cfg.fused_kernels, cfg.overlap, cfg.max_seq_len) == ("reference", False, False, 100)
     with pytest.raises(ValueError, match="http_parser"):
         ServerConfig(model_path=model_path, device="cpu", http_parser="uvloop")
@@ -169,8 +173,94 @@ def test_flags_are_config_fields_with_one_default(model_path):
         assert ServerConfig(model_path=model_path, device="cpu", http_parser="h11").http_parser == "h11"
     finally:
         config_mod._installed = real
+    from minisgl_edu.server.queues import Addresses
+    for on, scheme in ((True, "unix://"), (False, "ipc://")):  # the switch picks the replies' two inboxes' wire
+        a = Addresses("/r", 1, on)
+        assert a.detokenizer.startswith(scheme) and a.frontend.startswith(scheme) and a.scheduler.startswith("ipc://")
     llm_kw = {f.name for f in fields(SchedulerConfig)}
-    assert {"attention", "fused_kernels", "qk_kernel", "gemv_kernel", "warm_start", "moe_impl", "overlap", "max_seq_len", "page_size", "trace", "tp"} <= llm_kw
+    assert {"attention", "fused_kernels", "qk_kernel", "gemv_kernel", "warm_start", "moe_impl", "overlap", "max_seq_len", "page_size", "trace", "tp",
+            "reply_socket"} <= llm_kw
+
+
+# ---- chapter 1: the replies' wire (plain UNIX sockets) --------------------------------------------
+class OneReadOneMessage:
+    """A wrong twin of `Frames`, kept: it takes each read for one whole message (the mistake a stream invites)."""
+
+    def feed(self, data) -> list[bytes]:
+        return [bytes(data[4:])] if len(data) >= 4 else []
+
+
+def frames_deliver(make, messages: list[bytes], cuts: list[int]) -> bool:
+    """Do `make()`'s frames, fed the framed messages cut at `cuts`, give back exactly `messages`, in order?"""
+    from minisgl_edu.server.queues import frame
+    wire = b"".join(frame(m) for m in messages)
+    frames, got, start = make(), [], 0
+    for end in sorted(set(c % (len(wire) + 1) for c in cuts)) + [len(wire)]:
+        got += frames.feed(memoryview(wire)[start:end])
+        start = end
+    return got == messages
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.binary(max_size=300), max_size=12), st.lists(st.integers(0, 10_000), max_size=20))
+def test_frames_give_whole_messages_however_the_reads_cut_them(messages, cuts):
+    from minisgl_edu.server.queues import Frames
+    assert frames_deliver(Frames, messages, cuts)
+
+
+def test_frames_check_catches_a_reader_that_takes_each_read_for_a_message():
+    from minisgl_edu.server.queues import Frames
+    two = [b"step 1 tokens", b"step 2 tokens"]
+    assert frames_deliver(Frames, two, []) and not frames_deliver(OneReadOneMessage, two, [])  # both in one read
+    assert not frames_deliver(OneReadOneMessage, [b"a long message"], [9])  # one message in two reads
+
+
+def test_reply_socket_carries_every_message_in_order(tmp_path):
+    """Senders that start before the receiver binds, two senders at once, a 5 MiB message and an empty one, the
+    receiver's timeouts, and a sender whose receiver has gone (it drops, as ZMQ does, and never raises)."""
+    import multiprocessing as mp
+
+    from minisgl_edu.server.queues import SocketOutbox, pull, push
+    addr = f"unix://{tmp_path}/inbox"
+    assert isinstance(push(addr), SocketOutbox)  # the scheme picks the wire; connecting waits for the first message
+    ctx = mp.get_context("spawn")
+    senders = [ctx.Process(target=send_numbered, args=(addr, name, 300)) for name in ("a", "b")]
+    for p in senders:
+        p.start()  # both connect (and wait) before anyone listens
+    time.sleep(0.3)
+    inbox = pull(addr)
+    seen: dict[str, list[int]] = {"a": [], "b": []}
+    big = None
+    while len(seen["a"]) + len(seen["b"]) < 600 or big is None:
+        raw = inbox.get_raw(timeout_ms=30_000)
+        assert raw is not None, "a message never came"
+        if len(raw) > 1000:
+            big = raw
+            continue
+        name, _, i = raw.decode().partition(":")
+        seen[name].append(int(i))
+    for p in senders:
+        p.join(30)
+    assert seen == {"a": list(range(300)), "b": list(range(300))}  # each sender's messages in its order
+    assert big == bytes(range(256)) * (5 << 12)  # 5 MiB, whole (from sender a, after its 300)
+    assert inbox.get_raw(timeout_ms=50) is None and inbox.drain_raw() == [] and not inbox.ready()
+    out = push(addr)
+    out.put_raw(b"")
+    assert inbox.get_raw(timeout_ms=5000) == b""  # an empty message is a message
+    inbox.close()
+    for _ in range(3):
+        out.put_raw(b"after the receiver closed" * 10_000)  # dropped, no exception
+    assert out.gone
+
+
+def send_numbered(addr: str, name: str, n: int) -> None:
+    from minisgl_edu.server.queues import push
+    out = push(addr)
+    for i in range(n):
+        out.put_raw(f"{name}:{i}".encode())
+    if name == "a":
+        out.put_raw(bytes(range(256)) * (5 << 12))
+    out.close()
 
 
 # ---- the default server --------------------------------------------------------------------------
@@ -218,7 +308,21 @@ def test_completions_stop_strings_and_models(server, llm):
 
 
 def test_16_concurrent_streams(server, llm):
-    prompts = [f"Count from {i} to {i + 5}, separated by commas:" for i in range(16)]
+    concurrent_streams(server, llm, 16)
+
+
+def test_the_zmq_reply_twin_streams_the_same_text(llm):
+    """`--no-reply-socket`: the replies go scheduler -> detokenizer -> API over ZMQ, as before; same streams."""
+    s = Server("--context-length", "1024", "--max-total-tokens", "16384", "--no-reply-socket")
+    try:
+        concurrent_streams(s, llm, 8)
+    finally:
+        s.stop()
+    assert s.proc.returncode == 0 and no_survivors(s.children)
+
+
+def concurrent_streams(server, llm, n: int) -> None:
+    prompts = [f"Count from {i} to {i + 5}, separated by commas:" for i in range(n)]
     expect = llm.generate(prompts, SamplingParams(max_tokens=16), use_tqdm=False)
     got: dict[int, tuple[str, list[dict]]] = {}
     errors = []
@@ -229,19 +333,19 @@ def test_16_concurrent_streams(server, llm):
                                                                   "temperature": 0})
         except Exception as e:  # surfaced below
             errors.append(e)
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(16)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(300)
     assert not errors, errors
     ids = set()
-    for i in range(16):
+    for i in range(n):
         text, chunks = got[i]
         assert text == expect[i]["text"], i
         assert len({c["id"] for c in chunks}) == 1  # one request's chunks only
         ids |= {c["id"] for c in chunks}
-    assert len(ids) == 16
+    assert len(ids) == n
 
 
 BAD = [

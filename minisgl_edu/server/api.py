@@ -33,7 +33,7 @@ from .protocol import (APIError, ChatRequest, CommonParams, CompletionRequest, D
                        chat_prompt, chunk_body, completion_prompt, error_body, model_card, response_body,
                        sampling_params, usage_chunk)
 from .metrics import ServerMetrics
-from .queues import Addresses
+from .queues import Addresses, Frames
 
 log = logging.getLogger("minisgl_edu")
 
@@ -157,27 +157,41 @@ class Frontend:
             self.send(AbortMsg(uid))  # frees the request's pages in the scheduler
 
     async def listen(self) -> None:
+        """Receive the replies until cancelled: over a plain socket (`unix://`, the default), each read is dispatched
+        from the loop's own read callback (`FrameReader`), no task in between; over ZMQ, by this task."""
+        addr = self.addrs.frontend
+        if addr.startswith("unix://"):
+            server = await asyncio.get_running_loop().create_unix_server(lambda: FrameReader(self.dispatch),
+                                                                         addr.removeprefix("unix://"))
+            try:
+                await asyncio.Event().wait()  # until cancelled at shutdown
+            finally:
+                server.close()
         sock = zmq.asyncio.Context.instance().socket(zmq.PULL)
         sock.setsockopt(zmq.LINGER, 0)
-        sock.bind(self.addrs.frontend)
+        sock.bind(addr)
         try:
             while True:
                 raws = [await sock.recv()]
                 while not self.cfg.naive_stream and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     raws.append(await sock.recv())  # a backlog: every request wakes once for all of it
-                replies = self.observe([m for raw in raws for m in unbatch(decode(raw))])
-                if self.cfg.hop_log:
-                    trace(self.cfg, "api", "recv UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
-                for reply in replies:
-                    q = self.queues.get(reply.uid)
-                    if q is None:  # replies of aborted requests find no queue
-                        continue
-                    if isinstance(q, Inbox):  # a plain token of a sleeping stream: written out here
-                        self.metrics.direct_writes += q.offer(reply)
-                    else:
-                        q.put_nowait(reply)
+                self.dispatch(raws)
         finally:
             sock.close(linger=0)
+
+    def dispatch(self, raws: list[bytes]) -> None:
+        """One wake-up's messages to their requests' queues (or straight to their streams)."""
+        replies = self.observe([m for raw in raws for m in unbatch(decode(raw))])
+        if self.cfg.hop_log:
+            trace(self.cfg, "api", "recv UserReply", [r.uid for r in replies if isinstance(r, UserReply)])
+        for reply in replies:
+            q = self.queues.get(reply.uid)
+            if q is None:  # replies of aborted requests find no queue
+                continue
+            if isinstance(q, Inbox):  # a plain token of a sleeping stream: written out here
+                self.metrics.direct_writes += q.offer(reply)
+            else:
+                q.put_nowait(reply)
 
     def observe(self, msgs: list) -> list:
         """Feed /metrics as messages arrive (a step's ReplyColumns: the hops of its way, then each row's latency and
@@ -213,6 +227,22 @@ class Frontend:
         self.dead = reason
         for uid, q in list(self.queues.items()):
             q.put_nowait(UserReply(uid, "", True, "error", error=reason, status=503))
+
+
+class FrameReader(asyncio.Protocol):
+    """One sender's connection to the API's `unix://` inbox: the loop calls `data_received` with each read, and the
+    whole messages in it go to `dispatch` at once. An error there is logged and the connection kept: a closed one
+    would silence that sender for good."""
+
+    def __init__(self, dispatch):
+        self.dispatch, self.frames = dispatch, Frames()
+
+    def data_received(self, data: bytes) -> None:
+        if raws := self.frames.feed(data):
+            try:
+                self.dispatch(raws)
+            except Exception:
+                log.exception("dispatching %d replies failed", len(raws))
 
 
 async def next_reply(q: asyncio.Queue | Inbox, request: Request, coalesce: bool = True):

@@ -59,7 +59,7 @@ def start_workers(cfg: SchedulerConfig, frontend: bool = True) -> Workers:
     the caller pushes to rank 0's mailbox and reads the detokenizer's address itself."""
     refuse_unguarded_main()
     n = cfg.num_tokenizers if frontend else 0
-    addrs = Addresses.create(n)
+    addrs = Addresses.create(n, cfg.reply_socket)
     ack = pull(addrs.ack)  # bound before any child starts, so no ack is lost
     spawn = mp.get_context("spawn")  # a fresh interpreter: no inherited CUDA state or threads
     me = os.getpid()
