@@ -10,4 +10,5 @@ GPU_SERVE_MODELS=smollm2-135m GPU_SERVE_RATES=0.5x,0.5x,0.5x,0.5x GPU_SERVE_LIMI
     run bash scripts/gpu_serve.sh
 GPU_SERVE_MODELS=qwen3-0.6b GPU_SERVE_RATES=0.5x,0.5x GPU_SERVE_LIMIT=${CALL_LIMIT_Q:-200} OUT=$OUT/qwen3 \
     run bash scripts/gpu_serve.sh
+tar -czf $OUT/qwen3.tgz -C $OUT qwen3 && rm -rf $OUT/qwen3
 echo "call2: exit status $status" | tee -a "$LOG"
