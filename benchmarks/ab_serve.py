@@ -86,7 +86,10 @@ def main() -> int:
                   f"median decode step {med:.2f} ms, ITL p99 / step {row['ratio']:.2f} ({row['clock']} clock; by read time "
                   f"{row['ratio_read']:.2f}), step p99 {row['step_p99']:.2f} ms, emitted / at the API ITL p99 {row['emit_p99']:.2f} / {row['api_itl_p99']:.2f} ms, TTFT p99 {row['ttft_p99']:.1f} ms, "
                   f"mixed step {row['mixed_mean']:.2f} ms, {row['output_throughput']:.0f} tok/s, failed {row['failed']}"
-                  + "".join(f"\n    hop {h}: median / p99 {q['median']:.3f} / {q['p99']:.3f} ms" for h, q in row["hop_ms"].items()),
+                  + "".join(f"\n    hop {h}: median / p99 {q['median']:.3f} / {q['p99']:.3f} ms" for h, q in row["hop_ms"].items())
+                  + "\n    CPU us/token (main thread preempted /s): " + ", ".join(
+                      f"{k} {c['us_per_token']:.1f} ({c.get('preempted_per_s', float('nan')):.0f})"
+                      for k, c in sorted((row["cpu"] or {}).items()) if k != "client_procs"),
                   flush=True)
     finally:
         for proc, _ in servers.values():

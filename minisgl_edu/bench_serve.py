@@ -646,6 +646,16 @@ def cpu_seconds(pid: int) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime (fields 14, 15)
 
 
+def preemptions(pid: int) -> int | None:
+    """How often the process's main thread (a scheduler's loop, the API's event loop) was taken off its core while it
+    still wanted to run (Linux's nonvoluntary context switches); None if it is gone or not Linux."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("nonvoluntary_ctxt_switches"))
+    except (OSError, StopIteration):
+        return None
+
+
 def server_pids(base_url: str) -> dict[str, int]:
     """The server's processes by name, from /health (ours lists its workers and its own pid; others: {})."""
     import httpx
@@ -657,9 +667,10 @@ def server_pids(base_url: str) -> dict[str, int]:
     return pids | ({"api": h["pid"]} if isinstance(h.get("pid"), int) else {})
 
 
-def cpu_report(pids: dict[str, int], before: dict[str, float], seconds: float, tokens: int) -> dict:
-    """{process: cpu_s, cpu_pct (of one core), us_per_token}: serve throughput <= 1 / the largest us_per_token
-    when each process has a core of its own."""
+def cpu_report(pids: dict[str, int], before: dict[str, float], seconds: float, tokens: int,
+               preempted: dict[str, int] | None = None) -> dict:
+    """{process: cpu_s, cpu_pct (of one core), us_per_token, and with `preempted` (each main thread's count before the
+    load) preempted_per_s}: serve throughput <= 1 / the largest us_per_token when each process has a core of its own."""
     out = {}
     for name, pid in pids.items():
         now = cpu_seconds(pid)
@@ -667,6 +678,8 @@ def cpu_report(pids: dict[str, int], before: dict[str, float], seconds: float, t
             cpu = now - before[name]
             out[name] = {"cpu_s": cpu, "cpu_pct": 100 * cpu / max(seconds, 1e-9),
                          "us_per_token": 1e6 * cpu / max(tokens, 1)}
+            if preempted and name in preempted and (n := preemptions(pid)) is not None:
+                out[name]["preempted_per_s"] = (n - preempted[name]) / max(seconds, 1e-9)
     return out
 
 
@@ -686,6 +699,7 @@ def bench_serve(args) -> dict:
     if "api" not in pids and getattr(args, "server_pid", None):  # a server whose /health does not say (an older one)
         pids["api"] = args.server_pid
     before = {k: c for k, p in pids.items() if (c := cpu_seconds(p)) is not None}
+    preempted = {k: n for k, p in pids.items() if (n := preemptions(p)) is not None}
     load = (args.base_url, reqs)
     kw = dict(request_rate=args.request_rate, max_concurrency=args.max_concurrency, model=args.model, seed=args.seed,
               progress=not args.no_progress, api_key=args.api_key, http_client=args.http_client,
@@ -697,7 +711,7 @@ def bench_serve(args) -> dict:
     else:
         results, duration = asyncio.run(run_load(*load, **kw))
     s = summarize(results, duration)
-    s["cpu"] = cpu_report(pids, before, duration, s["total_output_tokens"])
+    s["cpu"] = cpu_report(pids, before, duration, s["total_output_tokens"], preempted)
     if procs > 1:  # the client processes' own CPU time (each reads its own clock), the parent's beside it
         s["cpu"]["client_procs"] = {"cpu_s": client_cpu, "cpu_pct": 100 * client_cpu / max(duration, 1e-9),
                                     "us_per_token": 1e6 * client_cpu / max(s["total_output_tokens"], 1)}
