@@ -306,17 +306,17 @@ def test_direct_writes_keep_each_streams_order():
     assert wrong != texts and wrong.index("t4") < wrong.index("w3")
 
 
-@pytest.mark.parametrize("serve_args", [[], ["--no-direct-write"]])
+@pytest.mark.parametrize("serve_args", [[], ["--no-direct-write"], ["--no-reply-socket"]])
 def test_direct_writes_on_a_real_api_deliver_every_token(serve_args):
     """The real API process (FastAPI, uvicorn) in front of api_cadence.py's stand-in workers: with direct writes on,
     most tokens are written by the receiver (/metrics counts them) and every stream still gets all its tokens, its
-    finish and [DONE]; with --no-direct-write none is."""
+    finish and [DONE]; with --no-direct-write none is. The replies reach the API over either wire (chapter 1)."""
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1] / "benchmarks"))
     import api_cadence
     args = type("A", (), dict(streams=6, tokens=40, interval_ms=5.0, arrivals=0.0, client_procs=1, spy=None))
     r = api_cadence.measure(args, serve_args)
     assert r["failed"] == 0 and r["tokens"] == 6 * 40
-    assert (r["direct_writes"] > 6 * 40 // 2) if not serve_args else r["direct_writes"] == 0
+    assert (r["direct_writes"] == 0) if "--no-direct-write" in serve_args else r["direct_writes"] > 6 * 40 // 2
 
 
 # ---- failures are counted: stub servers ----------------------------------------------------------

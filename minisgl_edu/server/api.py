@@ -160,13 +160,16 @@ class Frontend:
         """Receive the replies until cancelled: over a plain socket (`unix://`, the default), each read is dispatched
         from the loop's own read callback (`FrameReader`), no task in between; over ZMQ, by this task."""
         addr = self.addrs.frontend
-        if addr.startswith("unix://"):
-            server = await asyncio.get_running_loop().create_unix_server(lambda: FrameReader(self.dispatch),
-                                                                         addr.removeprefix("unix://"))
-            try:
-                await asyncio.Event().wait()  # until cancelled at shutdown
-            finally:
-                server.close()
+        if not addr.startswith("unix://"):
+            return await self.listen_zmq(addr)
+        server = await asyncio.get_running_loop().create_unix_server(lambda: FrameReader(self.dispatch),
+                                                                     addr.removeprefix("unix://"))
+        try:
+            await asyncio.Event().wait()  # until cancelled at shutdown
+        finally:
+            server.close()
+
+    async def listen_zmq(self, addr: str) -> None:
         sock = zmq.asyncio.Context.instance().socket(zmq.PULL)
         sock.setsockopt(zmq.LINGER, 0)
         sock.bind(addr)

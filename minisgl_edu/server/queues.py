@@ -62,7 +62,18 @@ class Addresses:
         return f"file://{self.root}/tp-init"
 
 
-class Queue:
+class Messages:
+    """What every end of a wire shares: a message is its `encode`d bytes (`put`/`get` over `put_raw`/`get_raw`)."""
+
+    def put(self, msg) -> None:
+        self.put_raw(encode(msg))
+
+    def get(self, timeout_ms: int | None = None):
+        raw = self.get_raw(timeout_ms)
+        return None if raw is None else decode(raw)
+
+
+class Queue(Messages):
     """One ZMQ socket with message (`put`/`get`) and raw-bytes (`put_raw`/`get_raw`) access."""
 
     def __init__(self, kind: int, addr: str, bind: bool, ctx: zmq.Context | None = None):
@@ -77,9 +88,6 @@ class Queue:
     def put_raw(self, raw: bytes) -> None:
         self.socket.send(raw, copy=False)
 
-    def put(self, msg) -> None:
-        self.put_raw(encode(msg))
-
     def poll(self, timeout_ms: int) -> bool:
         """True when a message is waiting (waits at most timeout_ms)."""
         return bool(self.socket.poll(timeout_ms, zmq.POLLIN))
@@ -89,10 +97,6 @@ class Queue:
         if timeout_ms is not None and not self.poll(timeout_ms):
             return None
         return self.socket.recv()
-
-    def get(self, timeout_ms: int | None = None):
-        raw = self.get_raw(timeout_ms)
-        return None if raw is None else decode(raw)
 
     def ready(self) -> bool:
         """A message is waiting (a flag read, no system call beyond it: cheap enough to ask in a spin)."""
@@ -163,7 +167,7 @@ def frame(raw: bytes) -> bytes:
     return HEADER.pack(len(raw)) + raw
 
 
-class SocketOutbox:
+class SocketOutbox(Messages):
     """A sender's end of a `unix://` address, with Queue's put/put_raw. It connects at its first message (its
     receiver may bind later) and blocks only when the receiver's kernel buffer is full (back-pressure)."""
 
@@ -198,16 +202,13 @@ class SocketOutbox:
             self.gone = True
             log.warning("the receiver at %s has gone: replies are dropped from now on", self.path)
 
-    def put(self, msg) -> None:
-        self.put_raw(encode(msg))
-
     def close(self, linger_ms: int = 0) -> None:
         if self.sock is not None:  # what was sent is in the receiver's queue already: nothing to linger for
             self.sock.close()
             self.sock = None
 
 
-class SocketInbox:
+class SocketInbox(Messages):
     """A receiver's end of a `unix://` address, with Queue's get/poll/drain: it listens, takes every sender that
     connects, and reads whole messages from each (one sender's messages stay in order)."""
 
@@ -263,10 +264,6 @@ class SocketInbox:
         elif not self.poll(timeout_ms):
             return None
         return self.waiting.popleft()
-
-    def get(self, timeout_ms: int | None = None):
-        raw = self.get_raw(timeout_ms)
-        return None if raw is None else decode(raw)
 
     def ready(self) -> bool:
         if not self.waiting:
