@@ -6,7 +6,7 @@
 
 `--pythonpath-a` / `--pythonpath-b` serve a variant from another checkout (the code before a change).
 `--one-server` keeps one server (A's flags) and varies only the client between the variants (`--bench-a`,
-`--bench-b`, e.g. "--client-procs 4"). Both servers start once and stay up (each KV pool capped by --common's --max-total-tokens, so both fit one GPU);
+`--bench-b`, e.g. "--client-procs 4"). Both servers start side by side and stay up (each KV pool capped by --common's --max-total-tokens, so both fit one GPU; `--restart-every N`: fresh ones every N runs);
 the idle one only waits for mail. Each run is `bench serve` at a fixed Poisson rate with a fresh seed, the runs in
 `--order`, so a drift of the host between runs falls on both variants alike (`--paired`: each pair of runs on the
 same prompts and arrivals). Per run: ITL p50/p99, TTFT p99,
@@ -48,6 +48,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=100)
     ap.add_argument("--paired", action="store_true",
                     help="runs 2k and 2k+1 share a seed (the same prompts and arrivals): with ABBA orders, paired A/B")
+    ap.add_argument("--restart-every", type=int, default=0,
+                    help="fresh servers every N runs (0: one pair of servers for all): with N=2 or 4, more server "
+                         "instances stand behind the runs, so a server's placement on the host is told from the change")
     ap.add_argument("--log-dir", default="out")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -58,21 +61,35 @@ def main() -> int:
     flags = {"A": args.a, "B": args.a if args.one_server else args.b}
     bench = {"A": args.bench_a, "B": args.bench_b}
     servers = {}
-    try:
-        for v in ("A" if args.one_server else "AB"):  # both up before any run: neither start-up overlaps a measured run
-            servers[v] = start_server(os.path.abspath(args.model_path), args.device, args.dummy_weights,
+
+    def start_both() -> None:  # side by side, both up before any run: no start-up overlaps a measured run
+        from concurrent.futures import ThreadPoolExecutor
+        for proc, _ in servers.values():
+            stop_server(proc)
+        names = "A" if args.one_server else "AB"
+        with ThreadPoolExecutor(len(names)) as pool:
+            started = {v: pool.submit(start_server, os.path.abspath(args.model_path), args.device, args.dummy_weights,
                                       shlex.split(args.common) + shlex.split(flags[v]),
                                       os.path.abspath(os.path.join(args.log_dir, f"ab_{v}.serve.log")),
-                                      pythonpath=getattr(args, f"pythonpath_{v.lower()}"))
+                                      pythonpath=getattr(args, f"pythonpath_{v.lower()}")) for v in names}
+        servers.clear()
+        failed = [fut.exception() for fut in started.values() if fut.exception() is not None]
+        servers.update({v: fut.result() for v, fut in started.items() if fut.exception() is None})
+        if failed:  # the `finally` below stops the one that did start
+            raise failed[0]
+    try:
         runs = []
         for i, v in enumerate(args.order):
+            if i == 0 or (args.restart_every and i % args.restart_every == 0):
+                start_both()
+                instance = i // args.restart_every if args.restart_every else 0
             url, seed = servers["A" if args.one_server else v][1], args.seed + (i // 2 if args.paired else i)
             a = parse_args(["serve", "--base-url", url, "--num-prompts", str(args.num_prompts), "--request-rate",
                             str(args.rate), "--seed", str(seed), "--no-progress", "--warmup", "8",
                             *shlex.split(args.bench), *shlex.split(bench[v])])
             s = bench_serve_timed(a, url)
             med = s["step_median_ms"].get("decode", float("nan"))
-            row = dict(variant=v, flags=flags[v], bench=bench[v], seed=seed, failed=s["failed"],
+            row = dict(variant=v, flags=flags[v], bench=bench[v], seed=seed, instance=instance, failed=s["failed"],
                        output_throughput=s["output_throughput"], ttft_p99=s["ttft_ms"]["p99"],
                        itl_p50=s["itl_ms"]["median"], itl_p99=s["itl_ms"]["p99"], decode_median=med,
                        ratio=s["itl_ms"]["p99"] / med, clock=s.get("arrival_clock", "read"),
