@@ -40,6 +40,8 @@ BUILD = r"""
    the schema-less encoder: a message dataclass -> msgpack bytes (1-D CPU tensors only)
 1  decode            20  messages:decode server.queues:decode
    the decoder: bytes -> only the classes in MESSAGE_TYPES, tensors rebuilt from raw bytes
+1  feed              15  server.queues:Frames.feed
+   Frames.feed: cut a stream socket's bytes back into whole messages, each behind its 4-byte length
 2  complete_one      10  req:Req.complete_one
    Req.complete_one: move the three-length window by one token
 3  pages_to_finish   15  prefill:pages_to_finish scheduler:pages_to_finish

@@ -1,5 +1,6 @@
 """Chapter 1: the message codec — round trips against the library's other half, the refusals, then real
-ZMQ sockets (the server's Queue) carrying your bytes."""
+ZMQ sockets (the server's Queue) carrying your bytes; the replies' framing — random cuts of framed messages, then a
+real plain-socket pair (the server's SocketOutbox / SocketInbox) reading through your feed."""
 from __future__ import annotations
 
 import dataclasses
@@ -155,3 +156,58 @@ def _roundtrip_through_zmq(ex, path) -> None:
     for a, b in zip(sent, got):
         if not same(a, b):
             raise Wrong(f"through the server's ZMQ queues (with your {ex.name}), {show(a)} arrived as {show(b)}")
+
+
+def _cut(messages: list[bytes], cuts: list[int]) -> list[bytes]:
+    """The framed messages as the reads of a stream might return them: cut at `cuts` (positions, any order)."""
+    from ...server.queues import frame
+    wire = b"".join(frame(m) for m in messages)
+    ends = sorted({c % (len(wire) + 1) for c in cuts} | {len(wire)})
+    return [wire[a:b] for a, b in zip([0] + ends, ends)]
+
+
+def short(b: bytes) -> str:
+    return repr(b) if len(b) <= 24 else f"{b[:20]!r}... ({len(b)} bytes)"
+
+
+def grade_feed(ex, path, module) -> None:
+    from ...server.queues import Frames
+
+    def check(case):
+        messages, cuts = case
+        frames, got = Frames(), []
+        reads = _cut(messages, cuts)
+        for i, data in enumerate(reads):
+            out = call("feed", module.feed, frames, memoryview(data), on=f"read {i} of {len(reads)}")
+            if not isinstance(out, list) or not all(isinstance(m, bytes) for m in out):
+                raise Wrong(f"your feed returned {short(repr(out).encode())} for a read; it returns a list of bytes")
+            got += out
+        if got != messages:
+            shown = ", ".join(short(m) for m in messages[:4]) + (", ..." if len(messages) > 4 else "")
+            raise Wrong(f"messages [{shown}] in reads of {[len(d) for d in reads]} bytes came out as "
+                        f"{len(got)} messages ({', '.join(short(m) for m in got[:4])}); want them whole, in order")
+
+    msgs = st.lists(st.binary(max_size=40), max_size=8)
+    prop(st.tuples(msgs, st.lists(st.integers(0, 400), max_size=10)), check, 80,
+         explicit=(([b"step 1", b"step 2"], []), ([b"a message read in two"], [9]), ([b"", b"x"], [2])))
+    _through_a_socket(ex, path)
+
+
+def _through_a_socket(ex, path) -> None:
+    """Messages through the replies' real wire (push/pull on a unix:// address), read with the reader's feed."""
+    from ...server.queues import pull, push
+    sent = [b"first", b"", bytes(range(256)) * 4096, b"last"]  # 1 MiB: many reads
+    root = tempfile.mkdtemp(prefix="minisgl-ex-")
+    try:
+        with swapped([ex], lambda e: path):
+            inbox, out = pull(f"unix://{root}/q"), push(f"unix://{root}/q")
+            for m in sent:
+                out.put_raw(m)
+            got = [inbox.get_raw(5000) for _ in sent]
+            out.close(), inbox.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    for a, b in zip(sent, got):
+        if a != b:
+            raise Wrong(f"through the server's plain socket (with your feed), {short(a)} arrived as "
+                        f"{'nothing' if b is None else short(b)}")
