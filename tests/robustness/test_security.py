@@ -3,8 +3,8 @@
 * every listening TCP socket of the server's process tree (HTTP, and gloo between tp ranks) is on
   the loopback interface, by default;
 * with `--api-key`, every `/v1` route (and the debug route) answers 401 without the right Bearer key;
-* the ZMQ sockets are `ipc://` files in a directory of mode 0700 owned by the server's user, and
-  that directory is gone after shutdown;
+* the sockets between processes (ZMQ's `ipc://` ones, and the replies' plain `unix://` ones) are files in
+  one directory of mode 0700 owned by the server's user, and that directory is gone after shutdown;
 * the message decoder builds only the project's message classes: a crafted payload naming
   `os.system`, `subprocess.Popen`, an unknown module, or a project class that is not a message is
   refused with MessageError, and nothing is imported or called.
@@ -81,6 +81,7 @@ def test_ipc_sockets_live_in_a_private_directory(server):
     zmq_dirs = {os.path.dirname(p) for p in paths if os.path.basename(os.path.dirname(p)).startswith("minisgl-")}
     assert len(zmq_dirs) == 1, f"expected one private socket directory, got {zmq_dirs} from {paths}"
     d = zmq_dirs.pop()
+    assert {"detokenizer", "frontend", "scheduler"} <= {os.path.basename(p) for p in paths if p.startswith(d)}, paths
     st = os.stat(d)
     assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid(), (oct(st.st_mode), st.st_uid)
     for name in os.listdir(d):
