@@ -496,6 +496,9 @@ def test_bench_against_the_cpu_server_completes_without_failures(tmp_path):
     # the same intervals timed where the API process receives them: near the client's (coarse buckets here)
     assert 0.5 < run["serve"]["api_itl_p99_ms"] / serve["itl_ms"]["p99"] < 2
     assert 0.5 < run["serve"]["emit_p99_ms"] / serve["itl_ms"]["p99"] < 2  # ... and where the scheduler hands them out
+    cpu = serve["cpu"]  # each server process's CPU per token, and how often its main thread was pushed off its core
+    assert {"scheduler-rank0", "detokenizer", "api"} <= cpu.keys()
+    assert all(cpu[k]["us_per_token"] > 0 and cpu[k]["preempted_per_s"] >= 0 for k in ("scheduler-rank0", "api"))
 
 
 def quantile_upper_bound(buckets, q=0.5):
