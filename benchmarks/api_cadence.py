@@ -4,13 +4,14 @@ of a stand-in for the workers that answers every stream in lockstep at an exact 
     python benchmarks/api_cadence.py [--streams 48] [--interval-ms 1.5] [--tokens 300] [--arrivals 0]
                                      [--serve-args "--naive-stream"] [--repeats 2]
 
-The stand-in (its own process, no asyncio) binds the tokenizer's ZMQ address and connects to the frontend's (a plain socket, as the
-tokenizer and the detokenizer do; ZMQ with `--serve-args " --no-reply-socket"`). Every `--interval-ms` it sends one BatchFrontendMsg holding one reply per live
-stream (the plain ones as ReplyColumns, as the detokenizer does), so each stream's true interval is the interval. The
-client is `bench serve`'s (`--client-procs` processes). With `--arrivals R` a further stream starts R times a second
-(each one a new HTTP request and, later, a finish, as a served load has): their handling shares the API's loop with
-the streams' writes. Printed per run: the ITL p50/p90/p99 the client measured against the truth (by each read's
-arrival), how late the stand-in itself ran, and the API process's CPU time per token.
+The stand-in (its own process, no asyncio) binds the tokenizer's ZMQ address and connects to the frontend's, as the
+tokenizer and the detokenizer do (a plain socket; ZMQ with `--serve-args " --no-reply-socket"`). Every `--interval-ms`
+it sends one BatchFrontendMsg holding one reply per live stream (the plain ones as ReplyColumns, as the detokenizer
+does), so each stream's true interval is the interval. The client is `bench serve`'s (`--client-procs` processes).
+With `--arrivals R` a further stream starts R times a second (each one a new HTTP request and, later, a finish, as a
+served load has): their handling shares the API's loop with the streams' writes. Printed per run: the ITL p50/p90/p99
+the client measured against the truth (by each read's arrival), how late the stand-in itself ran, and the API
+process's CPU time per token.
 """
 from __future__ import annotations
 
@@ -93,7 +94,8 @@ def measure(args, serve_args: list[str]) -> dict:
     root = __import__("tempfile").mkdtemp(prefix="minisgl-")
     ready, done, late_q = mp.Event(), mp.Event(), mp.Queue()
     port = free_port()
-    reply_socket = "--no-reply-socket" not in serve_args  # the stand-in speaks the API's wire
+    from minisgl_edu.serve import parse_args
+    reply_socket = parse_args(["--model", MODEL, "--device", "cpu", *serve_args])[0].reply_socket  # the API's wire
     backend = mp.Process(target=stand_in, args=(root, reply_socket, args.interval_ms / 1e3, ready, done, late_q),
                          daemon=True)
     api = mp.Process(target=api_server, args=(root, port, serve_args), daemon=True)

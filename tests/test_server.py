@@ -191,14 +191,11 @@ class OneReadOneMessage:
 
 
 def frames_deliver(make, messages: list[bytes], cuts: list[int]) -> bool:
-    """Do `make()`'s frames, fed the framed messages cut at `cuts`, give back exactly `messages`, in order?"""
-    from minisgl_edu.server.queues import frame
-    wire = b"".join(frame(m) for m in messages)
-    frames, got, start = make(), [], 0
-    for end in sorted(set(c % (len(wire) + 1) for c in cuts)) + [len(wire)]:
-        got += frames.feed(memoryview(wire)[start:end])
-        start = end
-    return got == messages
+    """Do `make()`'s frames, fed the framed messages cut at `cuts` (the `feed` exercise's own cutter), give back
+    exactly `messages`, in order?"""
+    from minisgl_edu.exercises.graders.ch01 import cut_reads
+    frames = make()
+    return [m for data in cut_reads(messages, cuts) for m in frames.feed(memoryview(data))] == messages
 
 
 @settings(max_examples=200, deadline=None)

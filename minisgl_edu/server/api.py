@@ -1,7 +1,7 @@
 """Chapter 9 — the API server: HTTP in, a TokenizeMsg out; UserReplies in, JSON or SSE out.
 
 A handler registers a queue for its uid, sends one TokenizeMsg to `Addresses.tokenizer_of(uid)`
-(chapter 1: so an AbortMsg never overtakes it) and reads the queue that `Frontend.listen` fills.
+(chapter 1: so an AbortMsg never overtakes it) and reads the queue that `Frontend.dispatch` fills.
 The bodies are in `protocol.py`; the status code of each refusal is chapter 9's "Bad requests" table.
 """
 from __future__ import annotations
@@ -681,7 +681,7 @@ class ChunkTemplate:
 
 
 class SSEResponse(StreamingResponse):
-    """A StreamingResponse whose plain text events `Frontend.listen` may write itself (`Inbox.offer`): given the
+    """A StreamingResponse whose plain text events `Frontend.dispatch` may write itself (`Inbox.offer`): given the
     stream's inbox and its ChunkTemplate (None: every event goes through the task)."""
 
     def __init__(self, content, inbox: Inbox | asyncio.Queue, template: "ChunkTemplate | None", **kw):

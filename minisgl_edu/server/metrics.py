@@ -68,13 +68,13 @@ class Timing:
 
 
 class ServerMetrics:
-    """The API server's side: fed by Frontend.listen (every UserReply, every SchedulerStats)."""
+    """The API server's side: fed by Frontend.dispatch (every UserReply, every SchedulerStats)."""
 
     def __init__(self, model_name: str):
         self.model_name = model_name
         self.ttft, self.itl, self.e2e = Histogram(TTFT_BUCKETS), Histogram(ITL_BUCKETS), Histogram(E2E_BUCKETS)
         self.prompt_tokens = self.generation_tokens = 0
-        self.direct_writes = 0  # replies Frontend.listen wrote to their stream itself (api.py, Inbox.offer)
+        self.direct_writes = 0  # replies Frontend.dispatch wrote to their stream itself (api.py, Inbox.offer)
         self.hops = {h: Histogram(HOP_BUCKETS) for h in HOPS}  # a step's plain replies on their way here
         self.finished: dict[str, int] = {}  # finished_reason -> requests
         self.timing: dict[int, Timing] = {}  # uid -> its clock, from open() to its finished reply

@@ -30,10 +30,10 @@ class Addresses:
     """Every address of one server, all inside one private directory."""
     root: str
     num_tokenizers: int
-    reply_socket: bool = False  # the detokenizer's and the API's inboxes: plain UNIX sockets (True) or ZMQ
+    reply_socket: bool  # the detokenizer's and the API's inboxes: plain UNIX sockets (True) or ZMQ (config.py's switch)
 
     @staticmethod
-    def create(num_tokenizers: int, reply_socket: bool = False) -> "Addresses":
+    def create(num_tokenizers: int, reply_socket: bool) -> "Addresses":
         root = tempfile.mkdtemp(prefix="minisgl-")  # mkdtemp creates it with mode 0700
         os.chmod(root, 0o700)
         return Addresses(root, num_tokenizers, reply_socket)

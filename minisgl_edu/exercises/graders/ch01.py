@@ -4,7 +4,6 @@ real plain-socket pair (the server's SocketOutbox / SocketInbox) reading through
 from __future__ import annotations
 
 import dataclasses
-import os
 import shutil
 import tempfile
 
@@ -158,7 +157,7 @@ def _roundtrip_through_zmq(ex, path) -> None:
             raise Wrong(f"through the server's ZMQ queues (with your {ex.name}), {show(a)} arrived as {show(b)}")
 
 
-def _cut(messages: list[bytes], cuts: list[int]) -> list[bytes]:
+def cut_reads(messages: list[bytes], cuts: list[int]) -> list[bytes]:
     """The framed messages as the reads of a stream might return them: cut at `cuts` (positions, any order)."""
     from ...server.queues import frame
     wire = b"".join(frame(m) for m in messages)
@@ -176,7 +175,7 @@ def grade_feed(ex, path, module) -> None:
     def check(case):
         messages, cuts = case
         frames, got = Frames(), []
-        reads = _cut(messages, cuts)
+        reads = cut_reads(messages, cuts)
         for i, data in enumerate(reads):
             out = call("feed", module.feed, frames, memoryview(data), on=f"read {i} of {len(reads)}")
             if not isinstance(out, list) or not all(isinstance(m, bytes) for m in out):
