@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from minisgl_edu import LLM, SamplingParams
-from minisgl_edu.server.tokenizer import DecodeState, detokenize_next
+from minisgl_edu.server import tokenizer as detok
+from minisgl_edu.server.tokenizer import HOLD_LIMIT, DecodeState, detokenize_batch, detokenize_next
 
 QUESTION = "What is the capital of France?"
 N = 24
@@ -117,6 +118,53 @@ def test_incremental_detokenization_never_splits_a_character(tokenizer):
     assert all("\ufffd" not in p for p in pieces)
     assert "".join(pieces) == tokenizer.decode(ids, skip_special_tokens=True) == text
     assert sum(p == "" for p in pieces) >= 2  # some tokens were held back: half a character
+
+
+
+def byte_token(tok, b: int) -> int:
+    """The id of byte b's own token in a byte-level BPE vocabulary (GPT-2's printable stand-ins for bytes)."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("\xa1"), ord("\xac") + 1), *range(ord("\xae"), ord("\xff") + 1)]
+    ch = chr(b) if b in keep else chr(256 + sorted(set(range(256)) - set(keep)).index(b))
+    t = tok.convert_tokens_to_ids(ch)
+    assert tok.convert_ids_to_tokens(t) == ch, hex(b)
+    return t
+
+
+def stream_pieces(tok, ids: list[int], batched: bool = False, **kw) -> list[str]:
+    st = DecodeState()
+    if batched:
+        return [detokenize_batch(tok, [st], [t], [i == len(ids) - 1])[0] for i, t in enumerate(ids)]
+    return [detokenize_next(tok, st, t, final=i == len(ids) - 1, **kw) for i, t in enumerate(ids)]
+
+
+def let_go_everything(state, sent, window, decode):
+    """A wrong let_go the test below catches: the whole window on a long hold, its last 3 tokens too."""
+    state.prefix_offset, state.read_offset = state.read_offset, len(state.ids)
+    return window[len(sent):]
+
+
+def test_detokenizer_lets_go_of_bytes_no_token_can_complete(tokenizer, monkeypatch):
+    """A run of bytes that never form UTF-8 (here 40 first bytes of a 4-byte character in a row, as a model with
+    dummy weights emitted on the H200) goes out as U+FFFD once HOLD_LIMIT tokens are held, not at the request's
+    end; a character that can still complete stays whole, after garbage too: the pieces are the whole decode."""
+    b = {x: byte_token(tokenizer, x) for x in (0x80, 0xF0, 0x9F, 0x99, 0x82, 0xE2, 0xAC, 0x41)}
+    run = [b[0xF0]] * 40
+    for batched in (False, True):
+        pieces = stream_pieces(tokenizer, run, batched)
+        assert pieces[:HOLD_LIMIT - 1] == [""] * 3 and pieces[-1] == "\ufffd" * HOLD_LIMIT  # the end: all 4 held
+        assert all(p == "\ufffd" for p in pieces[HOLD_LIMIT - 1:-1])  # from the 4th held token on: one a token
+    held = stream_pieces(tokenizer, run, bounded=False)  # the unbounded twin: nothing until the end
+    assert held[:-1] == [""] * 39 and held[-1] == "\ufffd" * 40
+    smile = [b[0x80]] * 3 + [b[0xF0], b[0x9F], b[0x99], b[0x82], b[0x41]]  # garbage, then 🙂 one byte a token
+    euro = [b[0x80]] * 3 + [b[0xE2], b[0x82], b[0xAC], b[0xF0]] + [b[0x80]] * 3  # €, then a first byte that fails
+    for ids, whole in ((smile, "\ufffd" * 3 + "\U0001F642A"), (euro, "\ufffd" * 3 + "\u20ac" + "\ufffd" * 4)):
+        assert tokenizer.decode(ids) == whole
+        for batched in (False, True):
+            pieces = stream_pieces(tokenizer, ids, batched)
+            assert "".join(pieces) == whole and all(p == "" for p in pieces[:HOLD_LIMIT - 1])
+            assert any(p.startswith("\ufffd") for p in pieces[:-1])  # the garbage went out before the end
+    monkeypatch.setattr(detok, "let_go", let_go_everything)
+    assert "".join(stream_pieces(tokenizer, smile)) != "\ufffd" * 3 + "\U0001F642A"  # 🙂 cut: caught
 
 
 def test_startup_freeze_sets_the_collection_threshold():
