@@ -310,18 +310,19 @@ MIXED_STEP_FLOPS = 0.5e12
 MIXED_BACKLOG_TOKENS = 4096  # the default queue rule: more prompt tokens waiting than this get the full budget
 
 
-def mixed_tokens_for(engine) -> int | None:
+def mixed_tokens_for(engine) -> int:
     """The default mixed budget: the largest prompt-graph capacity (graphs.prompt_capacities, less the rows its
-    padding lanes keep) whose prompt work stays within MIXED_STEP_FLOPS; None (no cap) for a model small enough
-    that even the largest fits; the smallest capacity when none fits, since a graph runs all its rows and a smaller
-    chunk would cost the same (H200: +16 and +253 tokens cost one step alike). Counted per rank: each rank computes
-    its shard."""
+    padding lanes keep) whose prompt work stays within MIXED_STEP_FLOPS; the largest one for a model small enough
+    that all fit, since a mixed step above it runs without a graph (its launch costs the host ~10 ms, chapter 6);
+    the smallest when none fits, since a graph runs all its rows and a smaller chunk would cost the same (H200: +16
+    and +253 tokens cost one step alike). Without prompt graphs, the work bound itself. Counted per rank: each rank
+    computes its shard."""
     from .graphs import PREFILL_LANES, prompt_capacities
     bound = int(MIXED_STEP_FLOPS // (2 * max(active_params(engine.model), 1)))
     cfg = engine.cfg  # no decode graphs (cuda_graph_max_bs 0): no GraphRunner, no prompt graphs either
     caps = prompt_capacities(cfg.cuda_graph_max_extend, engine.max_seq_len) if cfg.cuda_graph_max_bs > 0 else []
-    if not caps or bound >= caps[-1]:
-        return None if caps else max(bound, 1)
+    if not caps:
+        return max(bound, 1)
     fits = [c for c in caps if c <= bound] or caps[:1]
     return fits[-1] - (PREFILL_LANES - 1)  # the rows the graph's padding lanes keep
 

@@ -259,15 +259,17 @@ def test_mixed_backlog_tokens_without_a_mixed_budget_is_refused_off_cuda(path):
 
 def check_budget_rule(model_dir: str, monkeypatch) -> None:
     """On CUDA the mixed budget defaults to the largest prompt-graph capacity (less its 3 padding rows) whose prompt
-    work, 2 x non-embedding parameters x tokens, fits MIXED_STEP_FLOPS; no cap when even the largest fits; the
-    smallest graph when none fits; the plain bound without prompt graphs (either graph switch at 0)."""
+    work, 2 x non-embedding parameters x tokens, fits MIXED_STEP_FLOPS; the
+    smallest graph when none fits; the largest when all fit (a larger mixed step would run eager); the plain bound
+    without prompt graphs (either graph switch at 0)."""
     from minisgl_edu import scheduler
     from minisgl_edu.graphs import extend_capacities
     eng = tiny_llm(model_dir).engine
     assert extend_capacities(eng.cfg.cuda_graph_max_extend)[-1] <= eng.max_seq_len
     params = sum(p.numel() for n, p in eng.model.named_parameters() if "embed" not in n and "lm_head" not in n)
     assert scheduler.active_params(eng.model) == params  # a dense model: every parameter
-    assert scheduler.mixed_tokens_for(eng) is None  # a tiny model: its largest prompt graph is cheap
+    caps = extend_capacities(eng.cfg.cuda_graph_max_extend)
+    assert scheduler.mixed_tokens_for(eng) == caps[-1] - 3  # a tiny model: its largest prompt graph, not more (eager)
     for tokens in (300, 600, 1100):  # a budget between captured capacities
         monkeypatch.setattr(scheduler, "MIXED_STEP_FLOPS", 2 * params * tokens)
         got = scheduler.mixed_tokens_for(eng)
