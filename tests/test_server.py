@@ -130,11 +130,11 @@ def byte_token(tok, b: int) -> int:
     return t
 
 
-def stream_pieces(tok, ids: list[int], batched: bool = False, **kw) -> list[str]:
+def stream_pieces(tok, ids: list[int], batched: bool = False) -> list[str]:
     st = DecodeState()
     if batched:
         return [detokenize_batch(tok, [st], [t], [i == len(ids) - 1])[0] for i, t in enumerate(ids)]
-    return [detokenize_next(tok, st, t, final=i == len(ids) - 1, **kw) for i, t in enumerate(ids)]
+    return [detokenize_next(tok, st, t, final=i == len(ids) - 1) for i, t in enumerate(ids)]
 
 
 def let_go_everything(state, sent, window, decode):
@@ -153,8 +153,11 @@ def test_detokenizer_lets_go_of_bytes_no_token_can_complete(tokenizer, monkeypat
         pieces = stream_pieces(tokenizer, run, batched)
         assert pieces[:HOLD_LIMIT - 1] == [""] * 3 and pieces[-1] == "\ufffd" * HOLD_LIMIT  # the end: all 4 held
         assert all(p == "\ufffd" for p in pieces[HOLD_LIMIT - 1:-1])  # from the 4th held token on: one a token
-    held = stream_pieces(tokenizer, run, bounded=False)  # the unbounded twin: nothing until the end
-    assert held[:-1] == [""] * 39 and held[-1] == "\ufffd" * 40
+    monkeypatch.setattr(detok, "BOUNDED_HOLD", False)  # the unbounded twin: nothing until the end
+    for batched in (False, True):
+        held = stream_pieces(tokenizer, run, batched)
+        assert held[:-1] == [""] * 39 and held[-1] == "\ufffd" * 40
+    monkeypatch.setattr(detok, "BOUNDED_HOLD", True)
     smile = [b[0x80]] * 3 + [b[0xF0], b[0x9F], b[0x99], b[0x82], b[0x41]]  # garbage, then 🙂 one byte a token
     euro = [b[0x80]] * 3 + [b[0xE2], b[0x82], b[0xAC], b[0xF0]] + [b[0x80]] * 3  # €, then a first byte that fails
     for ids, whole in ((smile, "\ufffd" * 3 + "\U0001F642A"), (euro, "\ufffd" * 3 + "\u20ac" + "\ufffd" * 4)):
