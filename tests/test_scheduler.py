@@ -250,6 +250,47 @@ def test_mixed_backlog_check_catches_wrong_budgets(path, monkeypatch, wrong):
     assert backlog_run(path, 48)[0] != [8, 64]
 
 
+def lanes_run(path, lanes, backlog_limit=48):
+    """One request decoding, then four 6-token prompts at once (backlog 24), with a mixed budget of 32 and the
+    prompt graphs' lanes set to `lanes` (None: no limit, as without graphs): the prompts each mixed step took
+    while they waited, and every request's output ids."""
+    rng = random.Random(7)
+    prompts = [[rng.randrange(VOCAB) for _ in range(6)] for _ in range(5)]
+    llm = tiny_llm(path, max_prefill_tokens=64, mixed_chunk=True, mixed_prefill_tokens=32,
+                   mixed_backlog_tokens=backlog_limit)
+    sched = llm.scheduler
+    sched.mixed_lanes = lanes  # on CUDA: PREFILL_LANES - 1 when prompt graphs exist
+    reqs = [sched.add_request(0, prompts[0], SP)]
+    sched.step()
+    reqs += [sched.add_request(i, p, SP) for i, p in enumerate(prompts[1:], 1)]
+    start, taken = len(sched.stats), []
+    while any(r.device_len < r.prompt_len for r in reqs):
+        sched.step()
+    taken = [st.batch_size - st.decode_rows for st in list(sched.stats)[start:] if st.phase == "mixed"]
+    while not sched.idle:
+        sched.step()
+    assert_clean(llm)
+    return taken, [r.output_ids for r in reqs]
+
+
+def test_a_short_queues_mixed_step_takes_at_most_the_prompt_graphs_lanes(path):
+    """While the mixed budget applies, a mixed step takes at most `mixed_lanes` prompts (a prompt graph's lanes:
+    more would run without a graph); a queue past --mixed-backlog-tokens gets them all at once; tokens unchanged."""
+    taken, out = lanes_run(path, 3)
+    assert taken == [3, 1]
+    free, plain = lanes_run(path, None)  # no limit (the CPU's default: no graphs)
+    assert free == [4] and out == plain
+    queue, _ = lanes_run(path, 3, backlog_limit=16)  # 24 tokens waiting > 16: the full budget, no lanes limit
+    assert queue == [4]
+
+
+def test_lanes_check_catches_a_limit_that_ignores_the_queue_rule(path, monkeypatch):
+    """A wrong rule a reader might write: the lanes limit on every mixed step, long queue or not."""
+    from minisgl_edu.scheduler import Scheduler
+    monkeypatch.setattr(Scheduler, "token_budget", lambda self: self.mixed_prefill_tokens)  # the queue rule forgotten
+    assert lanes_run(path, 3, backlog_limit=16)[0] != [4]
+
+
 def test_mixed_backlog_tokens_without_a_mixed_budget_is_refused_off_cuda(path):
     with pytest.raises(ValueError, match="mixed_backlog_tokens"):
         tiny_llm(path, mixed_backlog_tokens=48)  # the CPU has no default mixed budget: it would change nothing
