@@ -189,6 +189,7 @@ class Scheduler:
         self.steps_done += 1
         batch.out_loc = self.pool.assign_locations(batch.reqs)
         tokens = self.engine.forward(batch, wait=False) if self.overlap else self.engine.forward(batch)
+        self.stats[-1].graph = batch.padded_size > 0 or batch.padded_tokens > 0  # Engine._forward set them for a graph
         for req in batch.reqs:
             if req.is_chunked:
                 req.cached_len = req.device_len

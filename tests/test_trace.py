@@ -57,6 +57,32 @@ def test_cache_hits_reach_the_trace(tmp_path):
     assert [a["tokens"] for a in prefills] == [20, 2]
 
 
+def test_the_trace_says_which_steps_replayed_a_graph(tmp_path, monkeypatch):
+    """Each launched step's `graph` (StepStats, the launch and forward spans): False for an eager step (every step on
+    the CPU), True where the engine replayed one: here an engine that pads like a graph would, on decode steps only
+    (Engine._forward sets padded_size / padded_tokens exactly when a graph runs)."""
+    from minisgl_edu.engine import Engine
+    path = str(tmp_path / "steps.json")
+    llm = tiny_llm(tiny_model_dir(str(tmp_path)), trace=path, overlap=False)
+    llm.generate([PROMPTS[0]], SamplingParams(max_tokens=3, ignore_eos=True), use_tqdm=False)
+    assert [st.graph for st in llm.scheduler.stats] == [False] * 3
+    plain = Engine._forward
+
+    def pretend(self, batch):  # what a graph replay leaves on the batch; the forward itself stays eager
+        out = plain(self, batch)
+        if not batch.is_prefill:
+            batch.padded_size = batch.size
+        return out
+    monkeypatch.setattr(Engine, "_forward", pretend)
+    llm.generate([PROMPTS[1]], SamplingParams(max_tokens=3, ignore_eos=True), use_tqdm=False)
+    stats = list(llm.scheduler.stats)[3:]
+    assert [(st.phase, st.graph) for st in stats] == [("prefill", False), ("decode", True), ("decode", True)]
+    with open(path) as f:
+        obj = json.load(f)
+    forward = sorted((e["args"]["step"], e["args"]["graph"]) for e in obj["traceEvents"] if e["name"] == "forward")
+    assert [g for _, g in forward] == [False] * 4 + [True, True]
+
+
 def test_validate_trace_rejects_malformed():
     t = Tracer()
     with t.span("x", batch_size=1):

@@ -20,7 +20,8 @@ LARGEST_GRAPH_ROWS, LANES = 2045, 3
 
 
 def eager_steps(trace: str) -> tuple[list, float]:
-    """(the prefill/mixed steps no prompt graph holds: (ms, prompts, prompt rows), the longest step's ms)."""
+    """(the steps that ran without a graph: (ms, prompts, prompt rows), the longest step's ms). A trace from before the
+    steps said so (StepStats.graph): the prefill/mixed steps no prompt graph holds."""
     d = json.load(open(trace))
     ev = d["traceEvents"] if isinstance(d, dict) else d
     fw = [e for e in ev if e.get("name") == "forward"][1:]  # the warm-up's prefill apart
@@ -28,7 +29,9 @@ def eager_steps(trace: str) -> tuple[list, float]:
     for e in fw:
         a = e["args"]
         prompts, rows = a["batch_size"] - a["decode_rows"], a["tokens"] - a["decode_rows"]
-        if a["phase"] != "decode" and (prompts > LANES or rows > LARGEST_GRAPH_ROWS):
+        eager = not a["graph"] if "graph" in a else \
+            a["phase"] != "decode" and (prompts > LANES or rows > LARGEST_GRAPH_ROWS)  # traces before 2026-12-04
+        if eager:
             out.append((round(e["dur"] / 1e3, 2), prompts, rows))
     return out, max((e["dur"] / 1e3 for e in fw), default=0.0)
 
