@@ -133,6 +133,7 @@ class SchedulerStats:
     emit_bounds: list[float] = field(default_factory=list)  # emission-interval histogram (token-weighted), seconds
     emit_counts: list[int] = field(default_factory=list)
     emit_sum: float = 0.0
+    eager_steps: dict[str, int] = field(default_factory=dict)  # phase -> steps without a CUDA graph (cumulative)
 
 
 @dataclass

@@ -147,6 +147,29 @@ def test_scheduler_counters_count_each_step_once_list_or_bounded_deque():
     assert wrong.hits != 12
 
 
+def test_scheduler_counters_count_the_steps_without_a_graph():
+    """Steps that ran eagerly are counted by phase where the engine has CUDA graphs, and not at all without them
+    (the CPU: every step is eager there, which says nothing); they reach /metrics as a counter by phase."""
+    from types import SimpleNamespace
+
+    from minisgl_edu.messages import SchedulerStats
+    from minisgl_edu.server.metrics import SchedulerCounters, ServerMetrics
+    from minisgl_edu.trace import StepStats
+    steps = [StepStats("prefill", 1, 20, 0, 0, False), StepStats("decode", 1, 1, 0, 1, True),
+             StepStats("mixed", 5, 90, 0, 1, False), StepStats("mixed", 2, 30, 0, 1, True)]
+    for graphs, want in ((object(), {"prefill": 1, "mixed": 1}), (None, {})):
+        c, sched = SchedulerCounters(), SimpleNamespace(stats=[], steps_done=0, engine=SimpleNamespace(graphs=graphs))
+        for st in steps:
+            sched.stats.append(st)
+            sched.steps_done += 1
+            c.observe_step(sched, 0.002)
+        assert c.eager == want
+    m = ServerMetrics("tiny")
+    m.sched = SchedulerStats(0, 0, 1, 1, 0, 0, 0, [0.1], {}, {}, eager_steps={"mixed": 3})
+    text = m.render().decode()
+    assert 'minisgl:steps_without_cuda_graph_total{phase="mixed"} 3.0' in text
+
+
 def emit_since_previous_emission(c, now, uids, finished=()):
     """The wrong emission interval, kept: since the previous emission, whoever was in it. A prefill step without
     decode rows (the CPU's default) hands out only the new request's token; the running ones then look fast."""

@@ -158,6 +158,12 @@ class ServerMetrics:
         yield histogram_family("minisgl:step_time_seconds", "Scheduler step time (schedule + forward + process).",
                                s.step_bounds, {p: (s.step_counts[p], s.step_sum[p]) for p in sorted(s.step_counts)},
                                "phase")
+        fam = CounterMetricFamily("minisgl:steps_without_cuda_graph", "Steps that ran eagerly on a GPU with CUDA "
+                                  "graphs: no captured graph held them (each stalls the decoding requests).",
+                                  labels=["phase"])
+        for phase, n in sorted(s.eager_steps.items()):
+            fam.add_metric([phase], n)
+        yield fam
         if s.emit_counts:
             yield histogram_family("minisgl:emit_interval_seconds", "Time between two of a request's tokens as the "
                                    "scheduler hands them out (before the detokenizer and the API).",
@@ -181,6 +187,7 @@ class SchedulerCounters:
     queried: int = 0
     hits: int = 0
     steps: dict[str, Histogram] = field(default_factory=dict)
+    eager: dict[str, int] = field(default_factory=dict)  # phase -> steps that ran without a graph, where graphs exist
     prefill_tokens: int = 0  # tokens extended by prefill steps (StatsReply)
     seen_steps: int = 0  # steps launched, ever, that were counted
     next_send: float = 0.0
@@ -210,9 +217,12 @@ class SchedulerCounters:
         """One loop step took `seconds`; attribute it to the phase of the batch it launched (if any).
         sched.stats keeps the latest steps (a bounded deque in a server rank); steps_done counts them all."""
         new = list(islice(reversed(sched.stats), sched.steps_done - self.seen_steps))[::-1]  # no copy of them all
+        graphs = getattr(getattr(sched, "engine", None), "graphs", None) is not None  # eager is the rule without
         for s in new:
             self.hits += s.cache_hit_tokens
             self.prefill_tokens += s.tokens - s.decode_rows  # a mixed step's prompt tokens count too
+            if graphs and not s.graph:
+                self.eager[s.phase] = self.eager.get(s.phase, 0) + 1
         if new:
             self.steps.setdefault(new[-1].phase, Histogram(STEP_BUCKETS)).observe(seconds)
         self.seen_steps = sched.steps_done
@@ -224,7 +234,7 @@ class SchedulerCounters:
                               cache.evictable_size // pool.page_size, self.queried, self.hits, list(STEP_BUCKETS),
                               {p: list(h.counts) for p, h in self.steps.items()},
                               {p: h.sum for p, h in self.steps.items()}, list(ITL_BUCKETS), list(self.emit.counts),
-                              self.emit.sum)
+                              self.emit.sum, dict(self.eager))
 
     def due(self, now: float, busy: bool, became_idle: bool) -> bool:
         """Send now? Every STATS_INTERVAL_S while busy, and once when the scheduler turns idle."""
