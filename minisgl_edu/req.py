@@ -147,3 +147,8 @@ class Batch:
     @property
     def is_prefill(self) -> bool:
         return self.phase == "prefill"
+
+    @property
+    def in_graph(self) -> bool:
+        """It replayed a CUDA graph: Engine._forward pads exactly those steps (a prompt-only graph: padded_tokens)."""
+        return self.padded_size > 0 or self.padded_tokens > 0

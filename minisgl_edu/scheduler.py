@@ -62,8 +62,7 @@ class Scheduler:
         # a prompt graph holds PREFILL_LANES - 1 prompts (graphs.py): a mixed step of a short queue takes no more, or it
         # runs without a graph (served SmolLM2 on an H200: 13.5-16 ms for 4-7 prompts, every decoding request waiting,
         # against 2-4 ms in a graph); None: no prompt graphs, no limit
-        graphs = getattr(engine, "graphs", None)
-        self.mixed_lanes = PREFILL_LANES - 1 if graphs is not None and graphs.prefill_keys else None
+        self.mixed_lanes = PREFILL_LANES - 1 if engine.graphs is not None and engine.graphs.prefill_keys else None
         if self.mixed_chunk and self.mixed_prefill_tokens < self.max_prefill_tokens:  # say which default applies
             log.info("mixed budget: %d prompt tokens a step while at most %d wait (then %d)", self.mixed_prefill_tokens,
                      self.mixed_backlog_tokens, self.max_prefill_tokens)
@@ -189,7 +188,7 @@ class Scheduler:
         self.steps_done += 1
         batch.out_loc = self.pool.assign_locations(batch.reqs)
         tokens = self.engine.forward(batch, wait=False) if self.overlap else self.engine.forward(batch)
-        self.stats[-1].graph = batch.padded_size > 0 or batch.padded_tokens > 0  # Engine._forward set them for a graph
+        self.stats[-1].graph = batch.in_graph
         for req in batch.reqs:
             if req.is_chunked:
                 req.cached_len = req.device_len

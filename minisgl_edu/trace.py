@@ -29,7 +29,7 @@ class StepStats:
     tokens: int  # tokens extended this step
     cache_hit_tokens: int  # prompt tokens served from the prefix cache (prefill steps)
     decode_rows: int = 0  # requests extending one sampled token: all of a decode step, some of a mixed one
-    graph: bool = False  # the step replayed a CUDA graph (set once launched; a step no graph holds runs eager)
+    graph: bool | None = None  # it replayed a CUDA graph (Batch.in_graph); None until launched (its schedule span omits it)
 
     @classmethod
     def of(cls, batch) -> StepStats:

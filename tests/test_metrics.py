@@ -136,7 +136,7 @@ def test_scheduler_counters_count_each_step_once_list_or_bounded_deque():
             if st is not None:
                 stats.append(st)
                 sched.steps_done += 1
-            sched_view = SimpleNamespace(stats=stats, steps_done=done(sched))
+            sched_view = SimpleNamespace(stats=stats, steps_done=done(sched), engine=SimpleNamespace(graphs=None))
             c.observe_step(sched_view, 0.01)
         return c
     for stats in ([], deque(maxlen=2)):

@@ -57,11 +57,21 @@ def test_cache_hits_reach_the_trace(tmp_path):
     assert [a["tokens"] for a in prefills] == [20, 2]
 
 
-def test_the_trace_says_which_steps_replayed_a_graph(tmp_path, monkeypatch):
-    """Each launched step's `graph` (StepStats, the launch and forward spans): False for an eager step (every step on
-    the CPU), True where the engine replayed one: here an engine that pads like a graph would, on decode steps only
-    (Engine._forward sets padded_size / padded_tokens exactly when a graph runs)."""
+def decode_graphs_only(batch) -> bool:
+    """A wrong Batch.in_graph the test below catches: a prompt-only graph pads its rows, not its batch size."""
+    return batch.padded_size > 0
+
+
+@pytest.mark.parametrize("wrong", [False, True])
+def test_the_trace_says_which_steps_replayed_a_graph(tmp_path, monkeypatch, wrong):
+    """Each launched step's `graph` (StepStats, the launch and forward spans; not in its schedule span): False for
+    an eager step (every step on the CPU), True where the engine replayed one: here an engine that pads as a graph
+    would, its decode steps to a batch size and its prompt-only steps to a row capacity (Engine._forward sets
+    padded_size / padded_tokens exactly when a graph runs). The wrong twin misses the prompt-only graphs."""
     from minisgl_edu.engine import Engine
+    from minisgl_edu.req import Batch
+    if wrong:
+        monkeypatch.setattr(Batch, "in_graph", property(decode_graphs_only))
     path = str(tmp_path / "steps.json")
     llm = tiny_llm(tiny_model_dir(str(tmp_path)), trace=path, overlap=False)
     llm.generate([PROMPTS[0]], SamplingParams(max_tokens=3, ignore_eos=True), use_tqdm=False)
@@ -70,17 +80,25 @@ def test_the_trace_says_which_steps_replayed_a_graph(tmp_path, monkeypatch):
 
     def pretend(self, batch):  # what a graph replay leaves on the batch; the forward itself stays eager
         out = plain(self, batch)
-        if not batch.is_prefill:
+        if batch.is_prefill:
+            batch.padded_tokens = 256  # a prompt-only graph: its rows padded, no decode rows
+        else:
             batch.padded_size = batch.size
         return out
     monkeypatch.setattr(Engine, "_forward", pretend)
     llm.generate([PROMPTS[1]], SamplingParams(max_tokens=3, ignore_eos=True), use_tqdm=False)
     stats = list(llm.scheduler.stats)[3:]
-    assert [(st.phase, st.graph) for st in stats] == [("prefill", False), ("decode", True), ("decode", True)]
+    want = [("prefill", True), ("decode", True), ("decode", True)]
     with open(path) as f:
         obj = json.load(f)
     forward = sorted((e["args"]["step"], e["args"]["graph"]) for e in obj["traceEvents"] if e["name"] == "forward")
-    assert [g for _, g in forward] == [False] * 4 + [True, True]
+    schedule = [e["args"] for e in obj["traceEvents"] if e["name"] == "schedule"]
+    assert len(schedule) == 6 and not any("graph" in a for a in schedule)  # not launched yet: not known
+    if wrong:
+        assert [(st.phase, st.graph) for st in stats] != want  # the prompt-only graph read as eager: caught
+        return
+    assert [(st.phase, st.graph) for st in stats] == want
+    assert [g for _, g in forward] == [False] * 3 + [True] * 3
 
 
 def test_validate_trace_rejects_malformed():

@@ -217,11 +217,11 @@ class SchedulerCounters:
         """One loop step took `seconds`; attribute it to the phase of the batch it launched (if any).
         sched.stats keeps the latest steps (a bounded deque in a server rank); steps_done counts them all."""
         new = list(islice(reversed(sched.stats), sched.steps_done - self.seen_steps))[::-1]  # no copy of them all
-        graphs = getattr(getattr(sched, "engine", None), "graphs", None) is not None  # eager is the rule without
+        graphs = sched.engine.graphs is not None  # without graphs every step is eager: nothing to count
         for s in new:
             self.hits += s.cache_hit_tokens
             self.prefill_tokens += s.tokens - s.decode_rows  # a mixed step's prompt tokens count too
-            if graphs and not s.graph:
+            if graphs and s.graph is False:
                 self.eager[s.phase] = self.eager.get(s.phase, 0) + 1
         if new:
             self.steps.setdefault(new[-1].phase, Histogram(STEP_BUCKETS)).observe(seconds)

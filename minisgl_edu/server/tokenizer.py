@@ -179,8 +179,7 @@ def detokenize_batch(tok, states: list[DecodeState], tokens: list[int], finals: 
             s.ids.append(t)
     texts = decoder([s.ids[s.prefix_offset:s.read_offset] for s in states] + [s.ids[s.prefix_offset:] for s in states])
     n = len(states)
-    one = lambda ids: decoder([ids])[0]  # noqa: E731  (a long hold's let_go: rare)
-    one = one if BOUNDED_HOLD else None
+    one = (lambda ids: decoder([ids])[0]) if BOUNDED_HOLD else None  # a long hold's let_go: rare
     return [emit(s, sent, window, f, one) for s, sent, window, f in zip(states, texts[:n], texts[n:], finals)]
 
 
