@@ -1,9 +1,11 @@
 """Session 26, call 1: session 25's traced TTFT probe (SmolLM2, 40 req/s, 128 requests, four client processes, fresh
 server per run), now also reading the server's `/metrics` after the warm-up and after the load, so the eager steps
 of the load (`minisgl:steps_without_cuda_graph_total`) are told from the warm-up's; `--hop-log K` writes run K's hop
-log (chapter 1) to place a late request's wait before the scheduler.
+log (chapter 1) to place a late request's wait before the scheduler; `--spy K` samples run K's API process (the
+server's main process) with py-spy, 1,000 stacks a second with their times (chrometrace), idle ones too.
+MINISGL_GC_LOG_MS=2 in the environment makes every server process log its collections longer than 2 ms.
 
-    python probe.py [--seeds 101,100] [--serve-args "..."] [--tag NAME] [--hop-log 0]      (writes into $OUT)
+    python probe.py [--seeds 101,100] [--serve-args "..."] [--tag NAME] [--hop-log 0] [--spy 0]   (writes into $OUT)
 """
 import argparse
 import asyncio
@@ -11,6 +13,9 @@ import importlib.util
 import json
 import os
 import shlex
+import shutil
+import signal
+import subprocess
 import sys
 
 sys.path.insert(0, os.getcwd())
@@ -42,6 +47,7 @@ def main() -> None:
     ap.add_argument("--serve-args", default="")
     ap.add_argument("--tag", default="")
     ap.add_argument("--hop-log", type=int, default=-1, help="the run (0-based) that writes a hop log")
+    ap.add_argument("--spy", type=int, default=-1, help="the run (0-based) whose API process py-spy samples")
     args = ap.parse_args()
     out = os.environ["OUT"]
     model = "benchmarks/configs/smollm2-135m"
@@ -51,6 +57,12 @@ def main() -> None:
         hop = [f"--hop-log", f"{out}/hops{args.tag}_{k}_{seed}.jsonl"] if k == args.hop_log else []
         proc, url = start_server(model, "cuda", True, ["--max-total-tokens", "1000000", "--trace", trace, *hop,
                                                        *shlex.split(args.serve_args)], f"{out}/serve{args.tag}_{k}.log")
+        spy = None
+        if k == args.spy:
+            spy = subprocess.Popen([shutil.which("py-spy") or "/tmp/site/bin/py-spy", "record", "-p", str(proc.pid),
+                                    "-r", "1000", "--idle", "--nonblocking", "-f", "chrometrace",
+                                    "-o", f"{out}/spy{args.tag}_{k}_{seed}.json"], stdout=subprocess.DEVNULL,
+                                   stderr=open(f"{out}/spy{args.tag}_{k}.log", "w"))
         try:
             warm = random_requests(8, seed + 10_000, (16, 32), (4, 8))
             asyncio.run(run_load(url, warm, progress=False))
@@ -59,6 +71,9 @@ def main() -> None:
             results, duration, _ = run_load_sharded(url, reqs, 4, request_rate=40, seed=seed, progress=False)
             m_load = eager_counts(url)
         finally:
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+                spy.wait(60)
             stop_server(proc)
         ttft = sorted((r.ttft for r in results), reverse=True)
         gap = max(max(r.itl, default=0) for r in results)
