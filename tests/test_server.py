@@ -190,6 +190,51 @@ def test_startup_freeze_sets_the_collection_threshold():
         gc.unfreeze()
 
 
+def thread_hops(app) -> list[str]:
+    """The names of the callables FastAPI runs on a worker thread while it serves a request: every endpoint and
+    dependency that is a plain `def` (FastAPI awaits an `async def` on the event loop). Each such call waits for a
+    thread of anyio's pool and then for the GIL, which the API's busy event loop holds up to 5 ms at a time."""
+    import inspect
+
+    from fastapi.routing import APIRoute
+
+    def walk(dependant):
+        yield dependant.call
+        for d in dependant.dependencies:
+            yield from walk(d)
+    return sorted({c.__name__ for r in app.routes if isinstance(r, APIRoute) for c in walk(r.dependant)
+                   if c is not None and not inspect.iscoroutinefunction(c)})
+
+
+def test_no_request_waits_for_a_worker_thread(model_path):
+    """Every route of the API (and the API-key check guarding /v1) runs on the event loop. The key check was a plain
+    `def` until 2026-12-04: each request hopped to a worker thread for it, and the first one imported anyio's thread
+    machinery (19 ms on the H200, in a py-spy profile of the served load)."""
+    from fastapi import Depends, Request
+
+    from minisgl_edu.config import ServerConfig
+    from minisgl_edu.server.api import create_app, health
+    app = create_app(ServerConfig(model_path=model_path), None)
+    assert thread_hops(app) == []
+
+    def check_key(request: Request) -> None:  # the old, plain-def key check: caught
+        return None
+    app.add_api_route("/v1/old", health, methods=["GET"], dependencies=[Depends(check_key)])
+    assert thread_hops(app) == ["check_key"]
+
+
+def test_metrics_import_their_exporter_before_the_api_serves():
+    """ServerMetrics (built with the API's Frontend, before it serves) imports prometheus_client: at the first scrape
+    that import stalled the API's event loop, and every stream, ~30 ms on the H200 (py-spy, 2026-12-04)."""
+    code = ("import sys\nfrom minisgl_edu.server.metrics import ServerMetrics\n"
+            "assert 'prometheus_client' not in sys.modules\nm = ServerMetrics('x')\n"
+            "assert m.exporter and 'prometheus_client.registry' in sys.modules\n"
+            "before = set(sys.modules)\nm.render()\nprint(sorted(set(sys.modules) - before))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "prometheus" not in out.stdout  # rendering imports nothing more of it
+
+
 # ---- flags (no processes) ------------------------------------------------------------------------
 def test_flags_are_config_fields_with_one_default(model_path):
     """serve's flags map onto ServerConfig by name; a flag not given keeps the dataclass default, so

@@ -383,7 +383,7 @@ async def invalid_body(request: Request, e: RequestValidationError) -> JSONRespo
     return error_json(422, f"{param or 'body'}: {first['msg']}", "invalid_type", param or None)
 
 
-def check_key(request: Request) -> None:
+async def check_key(request: Request) -> None:  # async: FastAPI runs a plain `def` dependency on a worker thread
     cfg: ServerConfig = request.app.state.cfg
     if cfg.api_key is None:
         return
