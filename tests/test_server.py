@@ -176,8 +176,8 @@ def test_startup_freeze_sets_the_collection_threshold():
     (--gc-threshold), the older generations' thresholds kept; None leaves Python's own."""
     import gc
 
-    from minisgl_edu.server.common import freeze_startup_objects
-    before = gc.get_threshold()
+    from minisgl_edu.server.common import GC_LOG_MS, freeze_startup_objects
+    before, callbacks = gc.get_threshold(), list(gc.callbacks)
     try:
         freeze_startup_objects("test", None)
         assert gc.get_threshold() == before and gc.get_freeze_count() > 0
@@ -185,9 +185,13 @@ def test_startup_freeze_sets_the_collection_threshold():
         assert gc.get_threshold() == (10_000, *before[1:])
         kept = [[] for _ in range(50)]  # tracked objects born after the freeze: counted toward the next collection
         assert gc.get_count()[0] >= 50 and kept
+        # long collections are logged by default (20 ms), by one watcher however often the freeze runs
+        assert GC_LOG_MS == 20 or "MINISGL_GC_LOG_MS" in os.environ
+        assert sum(getattr(cb, "watches_gc", False) for cb in gc.callbacks) == (GC_LOG_MS > 0)
     finally:
         gc.set_threshold(*before)
         gc.unfreeze()
+        gc.callbacks[:] = callbacks
 
 
 def thread_hops(app) -> list[str]:

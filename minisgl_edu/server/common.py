@@ -64,7 +64,8 @@ def trace(cfg, proc: str, event: str, uids) -> None:
         f.write("".join(json.dumps({"t": now, "proc": proc, "event": event, "uid": u}) + "\n" for u in uids))
 
 
-GC_LOG_MS = float(os.environ.get("MINISGL_GC_LOG_MS", "0"))  # > 0: log every garbage collection longer than this
+# every server process logs each garbage collection longer than this (a stall every stream sees); 0: none
+GC_LOG_MS = float(os.environ.get("MINISGL_GC_LOG_MS", "20"))
 
 
 def freeze_startup_objects(name: str, gc_threshold: int | None = None) -> None:
@@ -87,6 +88,8 @@ def freeze_startup_objects(name: str, gc_threshold: int | None = None) -> None:
 
 def watch_gc(name: str, threshold_ms: float) -> None:
     """Log each collection that takes longer than threshold_ms (MINISGL_GC_LOG_MS=...): finds periodic stalls."""
+    if any(getattr(cb, "watches_gc", False) for cb in gc.callbacks):
+        return  # once a process: freeze_startup_objects may run again (tests)
     started = [0.0]
 
     def callback(phase: str, info: dict) -> None:
@@ -95,4 +98,5 @@ def watch_gc(name: str, threshold_ms: float) -> None:
         elif (ms := 1e3 * (time.perf_counter() - started[0])) > threshold_ms:
             log.warning("%s: gc generation %d took %.1f ms (%d collected)", name, info["generation"], ms,
                         info["collected"])
+    callback.watches_gc = True
     gc.callbacks.append(callback)
