@@ -170,6 +170,40 @@ def test_detokenizer_lets_go_of_bytes_no_token_can_complete(tokenizer, monkeypat
     assert "".join(stream_pieces(tokenizer, smile)) != "\ufffd" * 3 + "\U0001F642A"  # 🙂 cut: caught
 
 
+def let_go_scanning(state, sent, window, decode):
+    """Session 25's let_go, kept as the wrong one: it tries every cut back to the last text sent, so a run of held
+    tokens that make no text (special tokens) is decoded again, cut by cut, at every token."""
+    for cut in range(len(state.ids) - (HOLD_LIMIT - 1), state.read_offset, -1):
+        head = decode(state.ids[state.prefix_offset:cut])
+        if len(head) > len(sent) and window.startswith(head):
+            state.prefix_offset, state.read_offset = state.read_offset, cut
+            return head[len(sent):]
+    return ""
+
+
+def test_detokenizer_holds_no_text_at_a_few_decodes_a_token(tokenizer, monkeypatch):
+    """A stream of special tokens (decode skips them: no text ever) followed by text: the pieces are the whole
+    decode, and the held tokens cost a few decodes each. A model with dummy weights on the H200 emitted such
+    streams; with session 25's let_go every token decoded every held prefix again (400 tokens here: ~80,000
+    decodes, 0.8 s of a detokenizer that serves every stream; served, 50-85 ms stalls of all of them)."""
+    special = tokenizer.all_special_ids[0]
+    ids = [special] * 400 + tokenizer.encode(" and then some text, déjà vu 🙂")
+    whole = tokenizer.decode(ids, skip_special_tokens=True)
+    calls = [0]
+    real = tokenizer.decode
+
+    def counted(*a, **kw):
+        calls[0] += 1
+        return real(*a, **kw)
+    monkeypatch.setattr(tokenizer, "decode", counted)
+    assert "".join(stream_pieces(tokenizer, ids)) == whole
+    assert calls[0] <= 4 * len(ids), calls[0]  # two window decodes a token, and a cut now and then
+    monkeypatch.setattr(detok, "let_go", let_go_scanning)
+    calls[0] = 0
+    assert "".join(stream_pieces(tokenizer, ids)) == whole  # right text, ...
+    assert calls[0] > 50 * len(ids)  # ... at a decode per held token per token: caught
+
+
 def test_startup_freeze_sets_the_collection_threshold():
     """freeze_startup_objects, which every server process calls once it is ready: what is alive then is never
     scanned again, and the youngest generation is collected only after `gc_threshold` net new objects
