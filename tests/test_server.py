@@ -183,7 +183,7 @@ def let_go_scanning(state, sent, window, decode):
 
 def test_detokenizer_holds_no_text_at_a_few_decodes_a_token(tokenizer, monkeypatch):
     """A stream of special tokens (decode skips them: no text ever) followed by text: the pieces are the whole
-    decode, and the held tokens cost a few decodes each. A model with dummy weights on the H200 emitted such
+    decode, and each token costs a few decodes however long the hold. A model with dummy weights on the H200 emitted such
     streams; with session 25's let_go every token decoded every held prefix again (400 tokens here: ~80,000
     decodes, 0.8 s of a detokenizer that serves every stream; served, 50-85 ms stalls of all of them)."""
     special = tokenizer.all_special_ids[0]
@@ -197,7 +197,7 @@ def test_detokenizer_holds_no_text_at_a_few_decodes_a_token(tokenizer, monkeypat
         return real(*a, **kw)
     monkeypatch.setattr(tokenizer, "decode", counted)
     assert "".join(stream_pieces(tokenizer, ids)) == whole
-    assert calls[0] <= 4 * len(ids), calls[0]  # two window decodes a token, and a cut now and then
+    assert calls[0] <= (2 + HOLD_LIMIT) * len(ids), calls[0]  # the two windows, and at most 4 cuts, a token
     monkeypatch.setattr(detok, "let_go", let_go_scanning)
     calls[0] = 0
     assert "".join(stream_pieces(tokenizer, ids)) == whole  # right text, ...

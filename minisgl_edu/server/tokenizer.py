@@ -132,17 +132,14 @@ def emit(state: DecodeState, sent: str, window: str, final: bool, decode=None) -
 def let_go(state: DecodeState, sent: str, window: str, decode) -> str:
     """The text of all but the last 3 held tokens, which may still begin a character, where it is final: a prefix
     of the whole window (a character completed across the cut would decode otherwise), cut a little earlier if not.
-    Held tokens that make no text (special tokens, which decode skips) count as sent: the next hold starts after
-    them, so a long run of them costs a few decodes a token, not one per token held."""
+    A character spans at most 4 tokens, so 4 cuts find one; when none has text (a run of special tokens, which the
+    decode skips), the hold goes on: a few decodes a token, not one per token held."""
     last = len(state.ids) - (HOLD_LIMIT - 1)
     for cut in range(last, max(state.read_offset, last - HOLD_LIMIT), -1):  # a few cuts: each one is a decode
         head = decode(state.ids[state.prefix_offset:cut])
         if len(head) > len(sent) and window.startswith(head):
             state.prefix_offset, state.read_offset = state.read_offset, cut
             return head[len(sent):]
-        if head == sent:  # nothing new up to the cut: sent as it is
-            state.read_offset = cut
-            return ""
     return ""
 
 
