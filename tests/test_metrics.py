@@ -228,6 +228,37 @@ def test_reply_hops_time_each_leg_of_a_steps_way():
         assert HOP_BUCKETS[i - 1] < want <= HOP_BUCKETS[i]
 
 
+def test_a_stalled_hop_is_logged_once_a_second(caplog):
+    """A step's replies that waited longer than MINISGL_STALL_LOG_MS (20 ms) in one hop are logged with the hop's
+    name, at most once a second (a stall lasting many steps logs once); a normal step is not."""
+    import logging
+
+    from minisgl_edu.messages import ReplyColumns
+    from minisgl_edu.server.common import STALL_LOG_MS
+    assert STALL_LOG_MS == 20 or "MINISGL_STALL_LOG_MS" in os.environ
+    m = ServerMetrics("x")
+    with caplog.at_level(logging.WARNING, logger="minisgl_edu"):
+        m.on_hops(ReplyColumns([1], ["a"], [2], sent=10.0, detok_in=10.0003, detok_out=10.0004), 10.0012)
+        assert not caplog.records
+        m.on_hops(ReplyColumns([1, 2], ["a", "b"], [3, 3], sent=20.0, detok_in=20.0003, detok_out=20.0004), 20.0354)
+        m.on_hops(ReplyColumns([1], ["c"], [4], sent=20.5, detok_in=20.58, detok_out=20.581), 20.582)  # < 1 s later
+        assert len(caplog.records) == 1 and "detokenizer_to_api" in caplog.text and "35.0 ms" in caplog.text
+        m.on_hops(ReplyColumns([1], ["d"], [5], sent=21.5, detok_in=21.58, detok_out=21.581), 21.582)
+        assert len(caplog.records) == 2 and "scheduler_to_detokenizer" in caplog.records[1].getMessage()
+
+
+def test_a_slow_detokenizer_wake_names_the_longest_hold():
+    """The detokenizer's log line for a slow wake (tokenizer.slow_wake) says what it held: the longest hold and
+    which request, and the longest window its decodes covered."""
+    from minisgl_edu.server.tokenizer import DecodeState, slow_wake
+    states = {7: DecodeState(ids=list(range(50)), prefix_offset=0, read_offset=48),
+              9: DecodeState(ids=list(range(900)), prefix_offset=10, read_offset=12)}
+    line = slow_wake(states, [object()] * 3, 0.085)
+    assert "85.0 ms" in line and "3 messages" in line and "2 requests" in line
+    assert "longest hold 888 tokens (uid 9)" in line and "longest window 890 tokens" in line
+    assert "longest hold 0 tokens" in slow_wake({}, [], 0.03)
+
+
 # ---- the real server -----------------------------------------------------------------------------
 def test_metrics_counters_agree_with_the_requests_sent(url):
     before = scrape(url)

@@ -66,6 +66,22 @@ def trace(cfg, proc: str, event: str, uids) -> None:
 
 # every server process logs each garbage collection longer than this (a stall every stream sees); 0: none
 GC_LOG_MS = float(os.environ.get("MINISGL_GC_LOG_MS", "20"))
+# the API logs a step's replies that waited longer than this in one hop, the detokenizer a wake that took longer
+# (at most once a second each; 0: never): a stall every stream sees, named where it happened
+STALL_LOG_MS = float(os.environ.get("MINISGL_STALL_LOG_MS", "20"))
+
+
+class RateLimited:
+    """True at most once every `seconds`: a stall that lasts logs once, not once a step."""
+
+    def __init__(self, seconds: float = 1.0):
+        self.seconds, self.last = seconds, -float("inf")
+
+    def __call__(self, now: float) -> bool:
+        if now - self.last < self.seconds:
+            return False
+        self.last = now
+        return True
 
 
 def freeze_startup_objects(name: str, gc_threshold: int | None = None) -> None:

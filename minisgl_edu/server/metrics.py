@@ -6,11 +6,16 @@ Prometheus objects are built only when `/metrics` is scraped (prometheus_client 
 """
 from __future__ import annotations
 
+import logging
 import time
 from bisect import bisect_left
 from collections import Counter
 from itertools import islice
 from dataclasses import dataclass, field
+
+from .common import STALL_LOG_MS, RateLimited
+
+log = logging.getLogger("minisgl_edu")
 
 # bucket upper bounds (seconds), close to vLLM's
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
@@ -91,6 +96,7 @@ class ServerMetrics:
         self.timing: dict[int, Timing] = {}  # uid -> its clock, from open() to its finished reply
         self.sched = None  # the latest SchedulerStats
         self.exporter = import_exporter()  # here, before the API serves, not at the first scrape
+        self.stall_logged = RateLimited()
 
     def opened(self, uid: int) -> None:
         self.timing[uid] = Timing(time.perf_counter())
@@ -125,8 +131,12 @@ class ServerMetrics:
         scheduler -> detokenizer (the loop's rest, the pipe, the detokenizer's wake-up), the detokenizer's own work,
         detokenizer -> API (the pipe, and the API's loop getting round to it)."""
         if cols.sent and cols.detok_in and cols.detok_out:  # 0: not stamped (--naive-stream, another sender)
-            for h, d in zip(HOPS, (cols.detok_in - cols.sent, cols.detok_out - cols.detok_in, now - cols.detok_out)):
+            ways = (cols.detok_in - cols.sent, cols.detok_out - cols.detok_in, now - cols.detok_out)
+            for h, d in zip(HOPS, ways):
                 self.hops[h].observe(max(d, 0.0))
+            if STALL_LOG_MS > 0 and max(ways) * 1e3 > STALL_LOG_MS and self.stall_logged(now):
+                log.warning("api: a step's replies (%d) waited %.1f ms in hop %s (hops %s ms)", len(cols.uids),
+                            max(ways) * 1e3, HOPS[ways.index(max(ways))], " / ".join(f"{d * 1e3:.1f}" for d in ways))
 
     def collect(self):
         """prometheus_client's collector protocol: build the families from the numbers we keep."""

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from ..messages import (BatchBackendMsg, BatchFrontendMsg, DetokenizeMsg, ExitMsg, ReplyColumns, SchedulerStats,
                         StatsReply, TokenColumns, TokenizeMsg, UserMsg, UserReply, decode, reply_columns, unbatch,
                         unbatch_rows)
-from .common import ServerConfig, exit_child, freeze_startup_objects, send_ack, setup_child, trace
+from .common import (STALL_LOG_MS, RateLimited, ServerConfig, exit_child, freeze_startup_objects, send_ack,
+                     setup_child, trace)
 from .queues import Addresses, Queue, pull, push
 
 log = logging.getLogger("minisgl_edu")
@@ -277,8 +278,19 @@ def reply_uids(items: list, cls: type, cols: type) -> list[int]:
     return [u for m in items for u in (m.uids if isinstance(m, cols) else [m.uid] if isinstance(m, cls) else [])]
 
 
+def slow_wake(states: dict[int, DecodeState], msgs: list, seconds: float) -> str:
+    """What a slow wake of the detokenizer had in hand: its messages, the requests alive, the longest hold (tokens
+    not yet sent as text) and the longest window (the tokens each of its decodes covers)."""
+    hold = max(states.items(), key=lambda kv: len(kv[1].ids) - kv[1].read_offset, default=None)
+    window = max((len(s.ids) - s.prefix_offset for s in states.values()), default=0)
+    return (f"detokenizer: one wake took {seconds * 1e3:.1f} ms ({len(msgs)} messages, {len(states)} requests alive; "
+            f"the longest hold {len(hold[1].ids) - hold[1].read_offset if hold else 0} tokens"
+            f"{f' (uid {hold[0]})' if hold else ''}, the longest window {window} tokens)")
+
+
 def detokenize_loop(tok, inbox: Queue, to_frontend: Queue, cfg: ServerConfig) -> None:
     states: dict[int, DecodeState] = {}
+    stall_logged = RateLimited()
     while True:
         msgs = receive_all(inbox, rows=False)  # a TokenColumns stays one message, through to its ReplyColumns
         received = time.perf_counter()
@@ -293,5 +305,7 @@ def detokenize_loop(tok, inbox: Queue, to_frontend: Queue, cfg: ServerConfig) ->
                 if type(r) is ReplyColumns:  # the step's way so far, for /metrics' reply hops
                     r.detok_in, r.detok_out = received, now
             to_frontend.put(BatchFrontendMsg(replies))
+            if STALL_LOG_MS > 0 and (now - received) * 1e3 > STALL_LOG_MS and stall_logged(now):
+                log.warning(slow_wake(states, msgs, now - received))
         if any(isinstance(m, ExitMsg) for m in msgs):
             return
