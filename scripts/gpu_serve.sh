@@ -29,6 +29,8 @@ for model in ${GPU_SERVE_MODELS:-smollm2-135m qwen3-0.6b}; do
         "--serve-args=$extra" --sweep-rates "$RATES" --sweep-num-prompts "$SWEEP_N" --no-progress \
         --server-log "$OUT/serve_$model.log" --out "$OUT/serve_$model.json"
 done
+# what the servers logged about stalls (MINISGL_STALL_LOG_MS, MINISGL_GC_LOG_MS: 20 ms by default), at most 20 lines
+grep -h "waited .* ms in hop\|one wake took\|gc generation" "$OUT"/serve_*.log 2>/dev/null | head -20 | tee -a "$LOG"
 run python3 - <<'PY'
 import json, os, datetime
 out = os.environ.get("OUT", "out")
