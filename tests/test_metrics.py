@@ -247,6 +247,30 @@ def test_a_stalled_hop_is_logged_once_a_second(caplog):
         assert len(caplog.records) == 2 and "scheduler_to_detokenizer" in caplog.records[1].getMessage()
 
 
+def plain_float_ms(name: str, default: float) -> float:
+    """The wrong reader the test below catches: float() of the variable, whose error does not say which one."""
+    return float(os.environ.get(name, default))
+
+
+def test_stall_thresholds_refuse_bad_values_by_name(monkeypatch):
+    """MINISGL_GC_LOG_MS and MINISGL_STALL_LOG_MS: a number >= 0 (0: no log); anything else is refused naming the
+    variable, at the server's start (the modules read them as they are imported)."""
+    from minisgl_edu.server.common import env_ms
+    monkeypatch.setenv("MINISGL_STALL_LOG_MS", "7.5")
+    assert env_ms("MINISGL_STALL_LOG_MS", 20.0) == 7.5
+    monkeypatch.delenv("MINISGL_STALL_LOG_MS")
+    assert env_ms("MINISGL_STALL_LOG_MS", 20.0) == 20.0
+    for bad in ("fast", "-1", "nan", ""):
+        monkeypatch.setenv("MINISGL_STALL_LOG_MS", bad)
+        for reader, names_it in ((env_ms, True), (plain_float_ms, False)):
+            try:
+                reader("MINISGL_STALL_LOG_MS", 20.0)
+                said = ""  # accepted: the wrong reader takes "-1" and "nan"
+            except ValueError as e:
+                said = str(e)
+            assert ("MINISGL_STALL_LOG_MS" in said) is names_it, (bad, reader.__name__, said)
+
+
 def test_a_slow_detokenizer_wake_names_the_longest_hold():
     """The detokenizer's log line for a slow wake (tokenizer.slow_wake) says what it held: the longest hold and
     which request, and the longest window its decodes covered."""

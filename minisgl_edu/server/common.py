@@ -64,11 +64,23 @@ def trace(cfg, proc: str, event: str, uids) -> None:
         f.write("".join(json.dumps({"t": now, "proc": proc, "event": event, "uid": u}) + "\n" for u in uids))
 
 
+def env_ms(name: str, default: float) -> float:
+    """A threshold in ms from the environment; a value that is not a number >= 0 is refused by name."""
+    raw = os.environ.get(name)
+    try:
+        value = default if raw is None else float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:  # also NaN
+        raise ValueError(f"{name}={raw!r}: expected a number of milliseconds >= 0 (0 turns the log off)")
+    return value
+
+
 # every server process logs each garbage collection longer than this (a stall every stream sees); 0: none
-GC_LOG_MS = float(os.environ.get("MINISGL_GC_LOG_MS", "20"))
+GC_LOG_MS = env_ms("MINISGL_GC_LOG_MS", 20.0)
 # the API logs a step's replies that waited longer than this in one hop, the detokenizer a wake that took longer
 # (at most once a second each; 0: never): a stall every stream sees, named where it happened
-STALL_LOG_MS = float(os.environ.get("MINISGL_STALL_LOG_MS", "20"))
+STALL_LOG_MS = env_ms("MINISGL_STALL_LOG_MS", 20.0)
 
 
 class RateLimited:
