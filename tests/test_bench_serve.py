@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 import random
 import socket
 import sys
@@ -704,3 +705,37 @@ def test_events_sharing_a_read_are_counted():
     sse.feed([ev], 3.0)
     assert res.shared_reads == 1 and res.itl == [1.0, 0.0, 1.0] and res.ttft == 1.0
     assert summarize([RequestResult(True, output_tokens=4, itl=res.itl, shared_reads=1)], 1.0)["shared_read_pct"] == 25.0
+
+
+def tick_cpu_seconds(pid: int) -> float | None:
+    """The old reader, kept as the case the test below catches: /proc's utime + stime in clock ticks (10 ms), which
+    charge whoever runs when a tick fires, so the API at a light load read 0.0 us per token (a CI run failed on it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads another process's CPU clock (Linux)")
+@pytest.mark.parametrize("reader", [bench_serve.cpu_seconds, pytest.param(tick_cpu_seconds, marks=pytest.mark.xfail(
+    strict=True, reason="tick counts: multiples of 10 ms"))])
+def test_cpu_seconds_resolves_less_than_a_tick(reader):
+    """A child that spins ~3 ms on a thread, then sleeps: its CPU time is read to well under a tick, and a gone
+    process reads None."""
+    import subprocess
+    code = ("import threading, time\n"
+            "def spin():\n    t = time.perf_counter()\n    while time.perf_counter() - t < 0.003: pass\n"
+            "th = threading.Thread(target=spin); th.start(); th.join()\nprint('ok', flush=True)\ntime.sleep(30)")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "ok"
+        time.sleep(0.2)  # let it reach its sleep
+        cpu = reader(p.pid)
+        assert 0.003 < cpu < 5  # startup + the spin on its thread
+        assert abs(cpu * 100 - round(cpu * 100)) > 1e-6  # not a whole number of 10 ms ticks
+    finally:
+        p.kill()
+        p.wait()
+    assert reader(p.pid) is None
