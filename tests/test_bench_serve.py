@@ -33,7 +33,7 @@ from minisgl_edu.bench_serve import (BenchRequest, arrival_times, parse_args, pa
 from minisgl_edu.messages import UserReply
 from minisgl_edu.server.api import merge_replies
 from minisgl_edu.server.tokenizer import (DecodeState, batch_decoder, detokenize_batch, detokenize_next,
-                                          detokenize_step, detokenize_wake)
+                                          detokenize_step, detokenize_wake, skipped_ids)
 
 
 # ---- datasets ------------------------------------------------------------------------------------
@@ -160,11 +160,13 @@ def test_columns_on_the_reply_path_equal_one_message_per_token(tokenizer):
 
 
 def random_stream(tokenizer, seed: int, live: int = 12, steps: int = 40) -> list[list]:
-    """Steps of TokenOutputs: ids from text whose characters span tokens (emoji, CJK) and from the whole vocabulary,
-    requests finishing at random lengths (new ones take their place), some with logprobs or a clamped first token."""
+    """Steps of TokenOutputs: ids from text whose characters span tokens (emoji, CJK), special tokens and the whole
+    vocabulary, requests finishing at random lengths (new ones take their place), some with logprobs or a clamped
+    first token."""
     from minisgl_edu.scheduler import TokenOutput
     rng = random.Random(seed)
     pool = tokenizer.encode("東京 (日本語) 🙂🚀 déjà vu — 北京欢迎你 ✨ 한국어")
+    specials = sorted(skipped_ids(tokenizer)) or [0]
     left = {uid: rng.randint(1, 15) for uid in range(live)}
     first, out, next_uid = set(), [], live
     for _ in range(steps):
@@ -173,7 +175,9 @@ def random_stream(tokenizer, seed: int, live: int = 12, steps: int = 40) -> list
             left[uid] -= 1
             fin = left[uid] == 0
             lp = (-0.5, [pool[0], 7], [-0.5, -2.0]) if uid % 5 == 1 and rng.random() < 0.3 else None
-            t = rng.choice(pool) if rng.random() < 0.7 else rng.randrange(tokenizer.vocab_size)
+            r = rng.random()  # text, a special token (which the decode skips), any token
+            t = rng.choice(pool) if r < 0.6 else rng.choice(specials) if r < 0.75 else \
+                rng.randrange(tokenizer.vocab_size)
             step.append(TokenOutput(uid, t, fin, rng.choice(["stop", "length"]) if fin else None, lp, 9,
                                     clamped=uid % 4 == 3 and uid not in first))
             first.add(uid)

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Session 27, call 1: every session-26 `gpu_serve.sh` run's first rate run (SmolLM2, 0.5x of peak, right after the
-# all-at-once run) stalled the server's hops 40-85 ms at p99 (TTFT p99 172-225 ms); the second did not. Here the
-# same `bench compare`, with the hop log (every message's hops, wall times), the stall logs (default 20 ms), vmstat
-# each second, and py-spy on every server process from the end of the all-at-once run through both rate runs.
+# Session 27's call for the H200 (not run in session 27: no device time left). 1. What the GPU emits for the first
+# rate run's load (sweep seed 1000): on this session's CPU request 28 repeats special token 10 for 812 tokens, and a
+# replay of that through the old let_go stalls seconds where the H200 stalled tens of ms. 2. gpu_serve.sh, SmolLM2 at
+# the target rate twice, at today's detokenizer (4 let_go cuts, special tokens out of the windows): does the first
+# run's stall (TTFT p99 172-225 ms in session 26) go? The hop log, the stall logs, vmstat, and py-spy on every server
+# process from the end of the all-at-once run through both rate runs.
 export MINISGL_CUBIN_DIR=$PWD/.gpu/kernels; source scripts/gpu_env.sh; LOG=$OUT/call1.log
 run python3 -c "import torch, os; print('torch', torch.__version__, 'commit', open('.gpu/COMMIT').read().strip(), torch.cuda.get_device_name(), os.cpu_count(), 'CPUs')"
 run uptime
+run timeout 120 python3 benchmarks/issue18/h200-s27/r28_gpu.py --seed 1000
 S=$OUT/s; mkdir -p $S
 vmstat -t 1 > $S/vmstat.log 2>&1 & VM=$!
 python3 benchmarks/issue18/h200-s27/spy_watch.py $S/serve.log $LOG $S --seconds 16 > $S/spy_watch.log 2>&1 & SPY=$!
