@@ -5,6 +5,8 @@
 # before/), SmolLM2 at call 2's half-peak rate, paired ABBA, fresh servers every 2 runs. 2. On such a host, does a
 # detokenizer that polls 2 ms before it sleeps (--relay-spin-us 2000: its wake-up off the token path; session 23 tried
 # it over ZMQ, whose I/O threads still slept) shorten the scheduler -> detokenizer hop? Paired ABBAABBA.
+# As it ran: before/ was `git archive 21c06e2 minisgl_edu`, and --relay-spin-us an uncommitted patch (6a792cd's reverted
+# flag, config/serve/detokenize_loop); neither is in the tree (the flag was not adopted: RESULTS.md, session 28).
 set -uo pipefail
 export MINISGL_CUBIN_DIR=$PWD/.gpu/kernels
 source scripts/gpu_env.sh
