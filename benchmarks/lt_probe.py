@@ -1,0 +1,256 @@
+"""Issue 16, session 29: two questions about a decode layer's time on the H200, asked before building anything.
+
+    python benchmarks/lt_probe.py [--gemm] [--attn] [--json OUT]
+
+1. `--gemm`: the four products of a Qwen3-0.6B decoder layer at decode batch sizes take ~6 µs each through
+   cuBLAS's own choice (session 18: 23.6 µs + a 2.1 µs split-K reduce a layer at 128 rows for 31 MB of weights, ~1.2
+   TB/s). cuBLASLt offers more kernels for one shape than the one its heuristic puts first. This asks cuBLASLt's
+   heuristic for up to 32 of them (through ctypes: nothing is compiled), times each over 28 layers' worth of separate
+   weights inside a CUDA graph (so the L2 holds none of them), checks each against torch's product, and prints
+   torch's time beside the heuristic's first and the fastest.
+2. `--attn`: in CUDA-graph mode FlashInfer's planner splits every request's keys while requests x KV heads fit the
+   grid (up to ~144 requests here) and merges the pieces after. Forcing the whole-KV kernel into a graph: plan with
+   one-token requests (whole KV, no split), capture, then write the real page table into the same buffers. Times
+   that beside the graph-mode plan, over 28 layers' K/V, contexts even and uneven.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import json
+import os
+import sys
+
+import torch
+
+# ---- cuBLASLt through ctypes ------------------------------------------------------------------------------------
+COMPUTE_32F, R_16BF, R_32F = 68, 14, 0  # cublasComputeType_t / cudaDataType values (cublas_api.h, library_types.h)
+DESC_TRANSA, DESC_TRANSB, OP_N, OP_T = 3, 4, 0, 1
+PREF_MAX_WORKSPACE = 1
+
+
+class Algo(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_uint64 * 8)]
+
+
+class Heuristic(ctypes.Structure):
+    _fields_ = [("algo", Algo), ("workspace", ctypes.c_size_t), ("state", ctypes.c_int), ("waves", ctypes.c_float),
+                ("reserved", ctypes.c_int * 4)]
+
+
+def load_lt():
+    try:
+        return ctypes.CDLL("libcublasLt.so.13")  # torch has loaded it already: found by its soname
+    except OSError:
+        for p in sys.path:
+            for f in glob.glob(os.path.join(p, "nvidia", "*", "lib", "libcublasLt.so*")):
+                return ctypes.CDLL(f)
+    raise OSError("libcublasLt not found")
+
+
+def ok(rc, what):
+    if rc != 0:
+        raise RuntimeError(f"{what}: cublas status {rc}")
+
+
+class Lt:
+    """y[M, N] = x[M, K] @ w[N, K].T in bf16 (float32 accumulate), column-major: D(N x M) = op_T(W: K x N) @ X(K x M)."""
+
+    def __init__(self, device, workspace_mb: int = 32):
+        self.lib = load_lt()
+        self.h = ctypes.c_void_p()
+        ok(self.lib.cublasLtCreate(ctypes.byref(self.h)), "cublasLtCreate")
+        self.ws = torch.empty(workspace_mb << 20, dtype=torch.uint8, device=device)
+        self.alpha, self.beta = ctypes.c_float(1.0), ctypes.c_float(0.0)
+        self.cache = {}
+
+    def descs(self, m, n, k):
+        if (m, n, k) not in self.cache:
+            lib, d = self.lib, ctypes.c_void_p()
+            ok(lib.cublasLtMatmulDescCreate(ctypes.byref(d), COMPUTE_32F, R_32F), "DescCreate")
+            for attr, val in ((DESC_TRANSA, OP_T), (DESC_TRANSB, OP_N)):
+                v = ctypes.c_int32(val)
+                ok(lib.cublasLtMatmulDescSetAttribute(d, attr, ctypes.byref(v), 4), "DescSetAttribute")
+            lay = []
+            for rows, cols, ld in ((k, n, k), (k, m, k), (n, m, n)):
+                L = ctypes.c_void_p()
+                ok(lib.cublasLtMatrixLayoutCreate(ctypes.byref(L), R_16BF, ctypes.c_uint64(rows), ctypes.c_uint64(cols),
+                                                  ctypes.c_int64(ld)), "LayoutCreate")
+                lay.append(L)
+            self.cache[m, n, k] = (d, *lay)
+        return self.cache[m, n, k]
+
+    def algos(self, m, n, k, count=32):
+        d, a, b, c = self.descs(m, n, k)
+        pref = ctypes.c_void_p()
+        ok(self.lib.cublasLtMatmulPreferenceCreate(ctypes.byref(pref)), "PreferenceCreate")
+        size = ctypes.c_uint64(self.ws.numel())
+        ok(self.lib.cublasLtMatmulPreferenceSetAttribute(pref, PREF_MAX_WORKSPACE, ctypes.byref(size), 8), "PrefSet")
+        res, got = (Heuristic * count)(), ctypes.c_int(0)
+        ok(self.lib.cublasLtMatmulAlgoGetHeuristic(self.h, d, a, b, c, c, pref, count, res, ctypes.byref(got)),
+           "AlgoGetHeuristic")
+        return [res[i] for i in range(got.value) if res[i].state == 0]
+
+    def mm(self, x, w, out, algo: Heuristic):
+        m, k = x.shape
+        n = w.shape[0]
+        d, a, b, c = self.descs(m, n, k)
+        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
+        ok(self.lib.cublasLtMatmul(self.h, d, ctypes.byref(self.alpha), ctypes.c_void_p(w.data_ptr()), a,
+                                   ctypes.c_void_p(x.data_ptr()), b, ctypes.byref(self.beta),
+                                   ctypes.c_void_p(out.data_ptr()), c, ctypes.c_void_p(out.data_ptr()), c,
+                                   ctypes.byref(algo.algo), ctypes.c_void_p(self.ws.data_ptr()),
+                                   ctypes.c_size_t(self.ws.numel()), stream), "Matmul")
+
+
+def graph_time(fn, layers: int, iters: int = 20) -> float:
+    """µs per call of fn(i) for i over `layers`, all captured in one CUDA graph and replayed `iters` times."""
+    for i in range(layers):
+        fn(i)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(layers):
+            fn(i)
+    g.replay()
+    torch.cuda.synchronize()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    for _ in range(iters):
+        g.replay()
+    e.record()
+    torch.cuda.synchronize()
+    return s.elapsed_time(e) * 1e3 / (iters * layers)
+
+
+SHAPES = {"qkv": (4096, 1024), "o_proj": (1024, 2048), "gate_up": (6144, 1024), "down": (1024, 3072)}  # (N, K)
+
+
+def gemm_probe(sizes, layers=28):
+    dev = torch.device("cuda")
+    lt = Lt(dev)
+    rows = []
+    gen = torch.Generator(device=dev).manual_seed(0)
+    for name, (n, k) in SHAPES.items():
+        ws = [torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.03 for _ in range(layers)]
+        for m in sizes:
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16, generator=gen)
+            out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+            ref = (x.float() @ ws[0].float().T)
+            t_torch = graph_time(lambda i: torch.mm(x, ws[i].T, out=out), layers)
+            cands = lt.algos(m, n, k)
+            times = []
+            for j, h in enumerate(cands):
+                try:
+                    lt.mm(x, ws[0], out, h)
+                    torch.cuda.synchronize()
+                    err = float((out.float() - ref).norm() / ref.norm())
+                    t = graph_time(lambda i: lt.mm(x, ws[i], out, h), layers)
+                except RuntimeError as exc:  # an algo the graph or the launch refuses: skipped, said
+                    print(f"  {name} m={m} algo {j}: {exc}", flush=True)
+                    continue
+                times.append((t, j, err, h.workspace, h.waves))
+            best = min(times) if times else (float("nan"), -1, float("nan"), 0, 0.0)
+            first = next((t for t in times if t[1] == 0), best)
+            row = dict(gemm=name, m=m, n=n, k=k, torch_us=t_torch, lt_first_us=first[0], lt_best_us=best[0],
+                       best_index=best[1], best_rel_err=best[2], best_workspace=best[3], best_waves=best[4],
+                       candidates=len(cands), weights_tb_s_torch=n * k * 2 / t_torch / 1e6,
+                       weights_tb_s_best=n * k * 2 / best[0] / 1e6)
+            rows.append(row)
+            print(f"{name:>8} m={m:>4}: torch {t_torch:6.2f} µs | Lt first {first[0]:6.2f} | best {best[0]:6.2f} "
+                  f"(#{best[1]} of {len(cands)}, err {best[2]:.1e}, ws {best[3] >> 10} KiB, waves {best[4]:.2f})",
+                  flush=True)
+        del ws
+        torch.cuda.empty_cache()
+    print("\nper layer (four products), µs:")
+    for m in sizes:
+        sel = [r for r in rows if r["m"] == m]
+        print(f"  m={m:>4}: torch {sum(r['torch_us'] for r in sel):6.1f}  Lt best {sum(r['lt_best_us'] for r in sel):6.1f}",
+              flush=True)
+    return rows
+
+
+# ---- decode attention: graph-mode plan vs the whole-KV kernel forced into a graph ---------------------------------
+Q_HEADS, KV_HEADS, HEAD_DIM = 16, 8, 128
+
+
+def attn_probe(sizes, ctx=1024, layers=28):
+    import flashinfer
+    dev = torch.device("cuda")
+    slots = max(sizes) * (ctx * 7 // 4 + 1)
+    kv = [(torch.randn(slots, 1, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16),
+           torch.randn(slots, 1, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)) for _ in range(layers)]
+    rows = []
+    for bs in sizes:
+        gen = torch.Generator().manual_seed(bs)
+        for spread in ("even", "uneven"):
+            lens = torch.full((bs,), ctx) if spread == "even" else \
+                torch.randint(ctx // 4, ctx * 7 // 4 + 1, (bs,), generator=gen)
+            indptr = torch.zeros(bs + 1, dtype=torch.int32)
+            indptr[1:] = torch.cumsum(lens, 0)
+            ids = torch.randperm(int(lens.sum()), generator=gen).to(torch.int32).to(dev)
+            last = torch.ones(bs, dtype=torch.int32)
+            q = torch.randn(bs, Q_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+            kw = dict(num_qo_heads=Q_HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=1,
+                      q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+            # (a) the engine's way: graph-mode wrapper with fixed buffers, planned on the real lengths
+            ws_a = torch.empty(128 << 20, dtype=torch.uint8, device=dev)
+            buf_indptr = torch.empty(bs + 1, dtype=torch.int32, device=dev)
+            buf_ids = torch.empty(slots, dtype=torch.int32, device=dev)
+            buf_last = torch.empty(bs, dtype=torch.int32, device=dev)
+            wa = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws_a, "NHD", use_cuda_graph=True,
+                                                               paged_kv_indptr_buffer=buf_indptr,
+                                                               paged_kv_indices_buffer=buf_ids,
+                                                               paged_kv_last_page_len_buffer=buf_last, backend="fa2")
+            wa.plan(indptr, ids, last, **kw)
+            out_a = torch.empty_like(q)
+            t_a = graph_time(lambda i: wa.run(q, kv[i], out=out_a), layers)
+            wa.run(q, kv[0], out=out_a)
+            torch.cuda.synchronize()
+            ref = out_a.clone()
+            # (b) whole KV: a non-graph wrapper planned for one-token requests (no split), then the real page table
+            ws_b = torch.empty(128 << 20, dtype=torch.uint8, device=dev)
+            wb = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws_b, "NHD", backend="fa2")
+            fake_indptr = torch.arange(bs + 1, dtype=torch.int32, device=dev)
+            fake_last = torch.ones(bs, dtype=torch.int32, device=dev)
+            wb.plan(fake_indptr, ids, fake_last, **kw)
+            split_b = list(wb._plan_info)
+            fake_indptr.copy_(indptr)  # the wrapper holds these very tensors: the real page table, no re-plan
+            out_b = torch.empty_like(q)
+            wb.run(q, kv[0], out=out_b)
+            torch.cuda.synchronize()
+            err = float((out_b.float() - ref.float()).norm() / ref.float().norm())
+            t_b = graph_time(lambda i: wb.run(q, kv[i], out=out_b), layers)
+            gb = int(lens.sum()) * KV_HEADS * HEAD_DIM * 4 / 1e9
+            row = dict(bs=bs, contexts=spread, graph_plan_us=t_a, whole_kv_us=t_b, rel_err=err, kv_gb=gb,
+                       plan_info_graph=list(wa._plan_info), plan_info_whole=split_b)
+            rows.append(row)
+            print(f"attn bs={bs:>4} {spread:>6}: graph-mode plan {t_a:7.1f} µs ({gb / t_a * 1e3:4.2f} TB/s) | whole KV "
+                  f"{t_b:7.1f} µs ({gb / t_b * 1e3:4.2f} TB/s) | err {err:.1e} | plan {list(wa._plan_info)[:10]} / "
+                  f"{split_b[:10]}", flush=True)
+            del wa, wb, ws_a, ws_b
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gemm", action="store_true")
+    ap.add_argument("--attn", action="store_true")
+    ap.add_argument("--m", default="1,8,32,64,96,128,160,192,256")
+    ap.add_argument("--bs", default="64,80,96,112,128,144,160,192")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    print(torch.__version__, torch.cuda.get_device_name(), flush=True)
+    out = {}
+    if args.gemm:
+        out["gemm"] = gemm_probe([int(v) for v in args.m.split(",")])
+    if args.attn:
+        out["attn"] = attn_probe([int(v) for v in args.bs.split(",")])
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
