@@ -409,7 +409,7 @@ def p1_plain(llm: LLM, bw: float) -> None:
         llm.engine.lean_step = True
 
 
-def experiment(bw: float, tag: str, sizes: tuple[int, ...], with_p1: bool = True, **switches) -> None:
+def experiment(bw: float, tag: str, sizes: tuple[int, ...], with_p1: bool = True, p1_runs: int = 1, **switches) -> None:
     """A fresh engine under the experiment's switch (set by the caller before): kernels per decoder layer in
     the graph replay, decode step (and its host time) and replay alone at `sizes`, then P1."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -432,7 +432,8 @@ def experiment(bw: float, tag: str, sizes: tuple[int, ...], with_p1: bool = True
         record(f"{tag}_kernels_per_layer_bs{bs}", len(layer), "kernels", sum(t for _, t in layer),
                f"{tag}, graph replay; ratio = us per layer: " + ", ".join(f"{n[:32]} {t:.1f}" for n, t in layer))
     if with_p1:
-        p1(llm, bw, tag=f"_{tag}")
+        for i in range(p1_runs):
+            p1(llm, bw, tag=f"_{tag}" + (f"_run{i + 1}" if p1_runs > 1 else ""))
         if BREAKDOWN:
             p1_breakdown(llm, bw, tag=f"_{tag}")
 
@@ -459,6 +460,24 @@ def no_balanced(bw: float) -> None:
         experiment(bw, "nobal", (256,))
     finally:
         fib.BALANCED_DECODE = saved
+
+
+def wave(bw: float) -> None:
+    """Experiment (session 29): decode steps of WAVE_BS requests (env MINISGL_WAVE_BS "lo,hi", default 145,232) through
+    the balanced (tensor-core) kernel however even their contexts: past ~148 requests the CUDA-core kernel's grid spills
+    a few CTAs into a second wave. The default first, then the range, one engine each: P2 at 160, 192, 224, then P1
+    twice (and its breakdown with p1b)."""
+    import os
+    import minisgl_edu.attention.flashinfer as fib
+    lo, hi = (int(v) for v in os.environ.get("MINISGL_WAVE_BS", "145,232").split(","))
+    print(f"\nWAVE experiment: decode steps of {lo}..{hi} requests through the balanced kernel, after the default", flush=True)
+    saved = fib.WAVE_BS
+    try:
+        for rng, tag in (((0, -1), "wave_off"), ((lo, hi), f"wave{lo}_{hi}")):  # one engine each, side by side
+            fib.WAVE_BS = rng
+            experiment(bw, tag, (160, 192, 224), p1_runs=2)
+    finally:
+        fib.WAVE_BS = saved
 
 
 def lean_balanced(bw: float) -> None:
@@ -767,7 +786,7 @@ def write_results() -> None:
 
 
 # experiments: each builds its own engine, after the default one is freed
-EXPERIMENTS = {"lt": blaslt, "nogemv": no_gemv, "gemvrow": gemv_row, "tc": tensor_core_decode, "nobal": no_balanced,
+EXPERIMENTS = {"wave": wave, "lt": blaslt, "nogemv": no_gemv, "gemvrow": gemv_row, "tc": tensor_core_decode, "nobal": no_balanced,
                "leanbal": lean_balanced, "paged": paged, "nosplit": no_split, "pagedp1": paged_p1}
 PARTS = {"p1", "p1b", "p2", "p4", "pf", "tokens", "lean", "gemm", "gemv", "splitk", "p2x", *EXPERIMENTS}
 

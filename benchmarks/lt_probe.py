@@ -194,24 +194,28 @@ def attn_probe(sizes, ctx=1024, layers=28):
             q = torch.randn(bs, Q_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)
             kw = dict(num_qo_heads=Q_HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM, page_size=1,
                       q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+            def graph_wrapper(n, tc=False):
+                buf = (torch.empty(n + 1, dtype=torch.int32, device=dev), torch.empty(slots, dtype=torch.int32, device=dev),
+                       torch.empty(n, dtype=torch.int32, device=dev))
+                return flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+                    torch.empty(64 << 20, dtype=torch.uint8, device=dev), "NHD", use_cuda_graph=True, use_tensor_cores=tc,
+                    paged_kv_indptr_buffer=buf[0], paged_kv_indices_buffer=buf[1], paged_kv_last_page_len_buffer=buf[2],
+                    backend="fa2")
             # (a) the engine's way: graph-mode wrapper with fixed buffers, planned on the real lengths
-            ws_a = torch.empty(128 << 20, dtype=torch.uint8, device=dev)
-            buf_indptr = torch.empty(bs + 1, dtype=torch.int32, device=dev)
-            buf_ids = torch.empty(slots, dtype=torch.int32, device=dev)
-            buf_last = torch.empty(bs, dtype=torch.int32, device=dev)
-            wa = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws_a, "NHD", use_cuda_graph=True,
-                                                               paged_kv_indptr_buffer=buf_indptr,
-                                                               paged_kv_indices_buffer=buf_ids,
-                                                               paged_kv_last_page_len_buffer=buf_last, backend="fa2")
+            wa = graph_wrapper(bs)
             wa.plan(indptr, ids, last, **kw)
             out_a = torch.empty_like(q)
             t_a = graph_time(lambda i: wa.run(q, kv[i], out=out_a), layers)
             wa.run(q, kv[0], out=out_a)
             torch.cuda.synchronize()
             ref = out_a.clone()
+
+            def err_of(o):
+                torch.cuda.synchronize()
+                return float((o.float() - ref.float()).norm() / ref.float().norm())
             # (b) whole KV: a non-graph wrapper planned for one-token requests (no split), then the real page table
-            ws_b = torch.empty(128 << 20, dtype=torch.uint8, device=dev)
-            wb = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws_b, "NHD", backend="fa2")
+            wb = flashinfer.BatchDecodeWithPagedKVCacheWrapper(torch.empty(64 << 20, dtype=torch.uint8, device=dev),
+                                                               "NHD", backend="fa2")
             fake_indptr = torch.arange(bs + 1, dtype=torch.int32, device=dev)
             fake_last = torch.ones(bs, dtype=torch.int32, device=dev)
             wb.plan(fake_indptr, ids, fake_last, **kw)
@@ -219,17 +223,39 @@ def attn_probe(sizes, ctx=1024, layers=28):
             fake_indptr.copy_(indptr)  # the wrapper holds these very tensors: the real page table, no re-plan
             out_b = torch.empty_like(q)
             wb.run(q, kv[0], out=out_b)
-            torch.cuda.synchronize()
-            err = float((out_b.float() - ref.float()).norm() / ref.float().norm())
+            err = err_of(out_b)
             t_b = graph_time(lambda i: wb.run(q, kv[i], out=out_b), layers)
+            # (c) the tensor-core decode kernel in graph mode (the engine's balanced graphs)
+            wc = graph_wrapper(bs, tc=True)
+            wc.plan(indptr, ids, last, **kw)
+            out_c = torch.empty_like(q)
+            wc.run(q, kv[0], out=out_c)
+            err_c = err_of(out_c)
+            t_c = graph_time(lambda i: wc.run(q, kv[i], out=out_c), layers)
+            # (d) two halves, each its own graph-mode CUDA-core plan (each half splits its keys to fill the grid)
+            h = bs // 2
+            halves = []
+            for lo, hi in ((0, h), (h, bs)):
+                w = graph_wrapper(hi - lo)
+                w.plan(indptr[lo:hi + 1] - indptr[lo], ids[int(indptr[lo]):int(indptr[hi])], last[lo:hi], **kw)
+                halves.append((w, lo, hi))
+            out_d = torch.empty_like(q)
+
+            def run_d(i):
+                for w, lo, hi in halves:
+                    w.run(q[lo:hi], kv[i], out=out_d[lo:hi])
+            run_d(0)
+            err_d = err_of(out_d)
+            t_d = graph_time(run_d, layers)
             gb = int(lens.sum()) * KV_HEADS * HEAD_DIM * 4 / 1e9
-            row = dict(bs=bs, contexts=spread, graph_plan_us=t_a, whole_kv_us=t_b, rel_err=err, kv_gb=gb,
+            row = dict(bs=bs, contexts=spread, graph_plan_us=t_a, whole_kv_us=t_b, tensor_core_us=t_c, halves_us=t_d,
+                       rel_err=err, rel_err_tc=err_c, rel_err_halves=err_d, kv_gb=gb,
                        plan_info_graph=list(wa._plan_info), plan_info_whole=split_b)
             rows.append(row)
-            print(f"attn bs={bs:>4} {spread:>6}: graph-mode plan {t_a:7.1f} µs ({gb / t_a * 1e3:4.2f} TB/s) | whole KV "
-                  f"{t_b:7.1f} µs ({gb / t_b * 1e3:4.2f} TB/s) | err {err:.1e} | plan {list(wa._plan_info)[:10]} / "
-                  f"{split_b[:10]}", flush=True)
-            del wa, wb, ws_a, ws_b
+            tb = lambda t: f"{t:7.1f} µs ({gb / t * 1e3:4.2f} TB/s)"
+            print(f"attn bs={bs:>4} {spread:>6}: CUDA-core graph {tb(t_a)} | whole KV {tb(t_b)} | tensor-core {tb(t_c)} "
+                  f"| halves {tb(t_d)} | errs {err:.0e} {err_c:.0e} {err_d:.0e} | split {wa._plan_info[9]}", flush=True)
+            del wa, wb, wc, halves
     return rows
 
 
@@ -238,7 +264,7 @@ def main():
     ap.add_argument("--gemm", action="store_true")
     ap.add_argument("--attn", action="store_true")
     ap.add_argument("--m", default="1,8,32,64,96,128,160,192,256")
-    ap.add_argument("--bs", default="64,80,96,112,128,144,160,192")
+    ap.add_argument("--bs", default="64,96,128,144,160,176,192,208,224,256")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     print(torch.__version__, torch.cuda.get_device_name(), flush=True)

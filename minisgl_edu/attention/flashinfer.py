@@ -39,6 +39,10 @@ BALANCED_MIN_BS, UNEVEN = 64, 1.3  # from that P1: at 17-64 requests both kernel
 # its plan costs the host ~0.6 ms more (FlashInfer takes a Python max() over the lengths): only where the KV read
 # alone takes longer than that (4 GiB: ~1 ms at 4 TB/s), so the overlap loop hides it behind the GPU
 BALANCED_MIN_KV_BYTES = 4 << 30
+# an experiment (issue 16, session 29): decode steps of WAVE_BS[0]..WAVE_BS[1] requests through the balanced kernel
+# however even their contexts. Past ~148 requests the CUDA-core kernel no longer splits keys (its 8 CTAs a request
+# fill the grid), and a few CTAs spill into a second wave; (0, -1): off
+WAVE_BS = (0, -1)
 # a CUDA graph's wrapper re-planned by FlashInfer's host planner alone (True), or through its plan() (False). A graph's
 # buffers are fixed, so its plan is two things: the lengths into those buffers, the planner's schedule into the
 # workspace. plan() does them behind a general front (checks, dtype lookups, host copies of host arrays, a Python max()
@@ -65,8 +69,8 @@ def balanced_step(seq_lens: np.ndarray, size: int, kv_bytes_per_token: int) -> b
     kernel? Many requests, the longest context at least UNEVEN times the mean, and a long KV read. Padding lanes
     do not count."""
     lens = seq_lens[:size].astype(np.int64)
-    return size >= BALANCED_MIN_BS and int(lens.max()) >= UNEVEN * float(lens.mean()) and \
-        int(lens.sum()) * kv_bytes_per_token >= BALANCED_MIN_KV_BYTES
+    uneven = int(lens.max()) >= UNEVEN * float(lens.mean()) or WAVE_BS[0] <= size <= WAVE_BS[1]
+    return size >= BALANCED_MIN_BS and uneven and int(lens.sum()) * kv_bytes_per_token >= BALANCED_MIN_KV_BYTES
 
 
 @dataclass
