@@ -463,21 +463,21 @@ def no_balanced(bw: float) -> None:
 
 
 def wave(bw: float) -> None:
-    """Experiment (session 29): decode steps of WAVE_BS requests (env MINISGL_WAVE_BS "lo,hi", default 145,232) through
-    the balanced (tensor-core) kernel however even their contexts: past ~148 requests the CUDA-core kernel's grid spills
-    a few CTAs into a second wave. The default first, then the range, one engine each: P2 at 160, 192, 224, then P1
-    twice (and its breakdown with p1b)."""
-    import os
+    """The naive twin of the wave rule (WAVE_BALANCED = False: decode steps just past one wave of the CUDA-core kernel
+    go through it unless uneven) beside the default, one engine each, in that order: P2 at 160, 192, 224 requests
+    (even contexts), then P1 twice (and its breakdown with p1b)."""
+    import gc
     import minisgl_edu.attention.flashinfer as fib
-    lo, hi = (int(v) for v in os.environ.get("MINISGL_WAVE_BS", "145,232").split(","))
-    print(f"\nWAVE experiment: decode steps of {lo}..{hi} requests through the balanced kernel, after the default", flush=True)
-    saved = fib.WAVE_BS
+    print("\nWAVE experiment: the wave rule off, then on (the default)", flush=True)
+    saved = fib.WAVE_BALANCED
     try:
-        for rng, tag in (((0, -1), "wave_off"), ((lo, hi), f"wave{lo}_{hi}")):  # one engine each, side by side
-            fib.WAVE_BS = rng
+        for on, tag in ((False, "wave_off"), (True, "wave_on")):
+            fib.WAVE_BALANCED = on
             experiment(bw, tag, (160, 192, 224), p1_runs=2)
+            gc.collect()  # the first engine's pool and graphs go before the second is sized
+            torch.cuda.empty_cache()
     finally:
-        fib.WAVE_BS = saved
+        fib.WAVE_BALANCED = saved
 
 
 def lean_balanced(bw: float) -> None:

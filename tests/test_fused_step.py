@@ -386,3 +386,49 @@ def test_balanced_decode_is_chosen_for_many_uneven_long_contexts_only(rule):
         assert got == want
     else:  # the mutant declares the padded batch uneven: its mean falls to 838 with the 15 one-key lanes
         assert got != want and got[0] is True
+
+
+# FlashInfer 0.5's plan info of the CUDA-core decode kernel, as the H100 gave it for Qwen3-0.6B (session 29's
+# benchmarks/lt_probe.py --attn): [padded_batch_size, ..., enable_cuda_graph, split_kv]
+SPLIT_GRAPH_PLAN = [148, 0, 1212416, 0, 592, 1184, 1792, 1780, 1, 1]  # a graph of 128 requests: keys split, one wave
+WHOLE_GRAPH_PLAN = [160, 0, 0, 0, 640, 1280, 0, 1924, 1, 0]  # a graph of 160: no split, its own size
+EAGER_PLAN = [64, 0, 0, 0, 256, 512, 0, 772, 0, 0]  # no graph
+
+
+def wave_of_any_plan(plan_info) -> int:
+    """The wrong reading, kept: the padded size of every graph plan, split or not (a whole-KV plan's is its size)."""
+    info = [int(v) for v in plan_info]
+    return info[0] if info[8] else 0
+
+
+@pytest.mark.parametrize("reader", ["split plans only", "any graph plan"])
+def test_one_wave_is_read_from_split_graph_plans_only(reader):
+    """Chapter 7: a CUDA-graph plan that splits keys pads its grid to one wave of the CUDA-core kernel, so its padded
+    size is the requests one wave holds; a plan that does not split (or no graph) says nothing about it. The backend
+    keeps the largest answer over its graphs' plans, so a reader that took every plan's size would learn the largest
+    graph's size instead."""
+    from minisgl_edu.attention import flashinfer as fi
+    read = fi.wave_of if reader == "split plans only" else wave_of_any_plan
+    learnt = max(read(p) for p in (SPLIT_GRAPH_PLAN, WHOLE_GRAPH_PLAN, EAGER_PLAN))
+    if reader == "split plans only":
+        assert [fi.wave_of(p) for p in (SPLIT_GRAPH_PLAN, WHOLE_GRAPH_PLAN, EAGER_PLAN)] == [148, 0, 0]
+        assert learnt == 148
+    else:
+        assert learnt == 160  # caught: 160 would put the 160-request step inside "one wave"
+
+
+def test_steps_just_past_one_wave_take_the_balanced_kernel_however_even():
+    """Chapter 7: with one wave of 148 requests, even steps of 149 up to 1.45 waves (214) go through the balanced
+    kernel (on the H100: 160 even requests 290 -> 241 us a layer); one wave or less, or 1.5 waves and more, stay on
+    the CUDA-core kernel unless uneven; without a learnt wave (eager, or WAVE_BALANCED off) only unevenness counts."""
+    from minisgl_edu.attention import flashinfer as fi
+    qwen3 = 2 * 28 * 8 * 128 * 2
+    even = lambda n: np.full(n, 1024, np.int32)
+    wave = 148
+    assert [fi.balanced_step(even(n), n, qwen3, wave) for n in (128, 148, 149, 160, 192, 214, 215, 224, 256)] == \
+        [False, False, True, True, True, True, False, False, False]
+    assert not fi.balanced_step(even(160), 160, qwen3, 0)  # nothing learnt: the rule of unevenness alone
+    uneven = np.array([400] * 100 + [2000] * 28, np.int32)  # 128 requests, longest / mean 2.6: balanced either way
+    assert fi.balanced_step(uneven, 128, qwen3, 0) and fi.balanced_step(uneven, 128, qwen3, wave)
+    short = np.full(160, 100, np.int32)  # past one wave but 1.8 GB of KV: the balanced plan's host time would show
+    assert not fi.balanced_step(short, 160, qwen3, wave)

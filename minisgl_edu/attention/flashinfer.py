@@ -39,10 +39,14 @@ BALANCED_MIN_BS, UNEVEN = 64, 1.3  # from that P1: at 17-64 requests both kernel
 # its plan costs the host ~0.6 ms more (FlashInfer takes a Python max() over the lengths): only where the KV read
 # alone takes longer than that (4 GiB: ~1 ms at 4 TB/s), so the overlap loop hides it behind the GPU
 BALANCED_MIN_KV_BYTES = 4 << 30
-# an experiment (issue 16, session 29): decode steps of WAVE_BS[0]..WAVE_BS[1] requests through the balanced kernel
-# however even their contexts. Past ~148 requests the CUDA-core kernel no longer splits keys (its 8 CTAs a request
-# fill the grid), and a few CTAs spill into a second wave; (0, -1): off
-WAVE_BS = (0, -1)
+# a decode step a little too big for one wave of the CUDA-core kernel goes through the balanced kernel too, however even
+# its contexts (True), or only when uneven (False, the twin). That kernel gives each (request, KV head) one CTA; in a
+# CUDA graph its planner splits keys only while those CTAs fit one wave of the grid (148 Qwen3-0.6B requests on an
+# H100 or H200, learnt from the plans: `wave_reqs`). Just past it, the CTAs that spill run in a second, nearly empty
+# wave: on an H100, 160 even requests took 290 us a layer against the tensor-core kernel's 241, 192 took 324 against
+# 287, and from 1.5 waves on the two were even (benchmarks/lt_probe.py --attn; chapter 7)
+WAVE_BALANCED = True
+WAVE_SPILL = 1.45  # up to this many waves of the CUDA-core grid
 # a CUDA graph's wrapper re-planned by FlashInfer's host planner alone (True), or through its plan() (False). A graph's
 # buffers are fixed, so its plan is two things: the lengths into those buffers, the planner's schedule into the
 # workspace. plan() does them behind a general front (checks, dtype lookups, host copies of host arrays, a Python max()
@@ -64,12 +68,14 @@ PAGES = True
 PLAN_FENCE = True
 
 
-def balanced_step(seq_lens: np.ndarray, size: int, kv_bytes_per_token: int) -> bool:
+def balanced_step(seq_lens: np.ndarray, size: int, kv_bytes_per_token: int, wave_reqs: int = 0) -> bool:
     """Does a decode step of `size` requests (seq_lens: their device_len, then any padding lanes') want the balanced
-    kernel? Many requests, the longest context at least UNEVEN times the mean, and a long KV read. Padding lanes
-    do not count."""
+    kernel? Many requests, a long KV read, and either the longest context at least UNEVEN times the mean or (with
+    `wave_reqs`, the requests one wave of the CUDA-core kernel holds) a size just past one wave. Padding lanes do
+    not count."""
     lens = seq_lens[:size].astype(np.int64)
-    uneven = int(lens.max()) >= UNEVEN * float(lens.mean()) or WAVE_BS[0] <= size <= WAVE_BS[1]
+    spills = 0 < wave_reqs < size <= WAVE_SPILL * wave_reqs
+    uneven = spills or int(lens.max()) >= UNEVEN * float(lens.mean())
     return size >= BALANCED_MIN_BS and uneven and int(lens.sum()) * kv_bytes_per_token >= BALANCED_MIN_KV_BYTES
 
 
@@ -104,6 +110,7 @@ class FlashInferBackend(AttentionBackend):
         self.balanced = BALANCED_DECODE and not self.use_tensor_cores
         self.balanced_wrapper = self._decode_wrapper(tensor_cores=True) if self.balanced else None
         self.balanced_wrappers: dict[int, Any] = {}  # graph batch size -> its wrapper; graphs.py captures one graph each
+        self.wave_reqs = 0  # requests in one wave of the CUDA-core graphs' kernel (their plans say; WAVE_BALANCED)
         self.planned: dict[int, torch.cuda.Event] = {}  # id(wrapper) -> recorded after its last plan (PLAN_FENCE)
         # each layer's K and V as FlashInfer's pages: [pages, page_size tokens, kv_heads, head_dim] (the same bytes)
         self.page_size = ps = pool.page_size if PAGES else 1  # 1: every slot a page of one token
@@ -180,6 +187,8 @@ class FlashInferBackend(AttentionBackend):
                 w.plan(pg.indptr, pg.indices, pg.last_page_len, head_dim=self.head_dim, seq_lens=args.seq_lens_k,
                        num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=self.page_size,
                        q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True)
+        if WAVE_BALANCED and w.is_cuda_graph_enabled and not w.use_tensor_cores:
+            self.wave_reqs = max(self.wave_reqs, wave_of(w._plan_info))
         return w
 
     def plan(self, batch: Batch, args: KernelArgs) -> FIMetadata:
@@ -199,7 +208,7 @@ class FlashInferBackend(AttentionBackend):
             pbs = batch.padded_size
             if batch.reqs:  # a real step chooses; a graph's capture (no requests) says which graph it captures
                 batch.balanced = self.balanced and (not pbs or pbs in self.balanced_wrappers) and \
-                    balanced_step(args.seq_lens_k.numpy(), batch.size, self.kv.bytes_per_token)
+                    balanced_step(args.seq_lens_k.numpy(), batch.size, self.kv.bytes_per_token, self.wave_reqs)
             if batch.balanced:
                 w = self.balanced_wrappers[pbs] if pbs else self.balanced_wrapper
             else:
@@ -237,6 +246,14 @@ class FlashInferBackend(AttentionBackend):
     def store_locations(self, batch) -> torch.Tensor:
         """This step's out_loc as int64, for a kernel that writes K/V into the pool itself."""
         return batch.attn_metadata.out_loc
+
+
+def wave_of(plan_info) -> int:
+    """Requests in one wave of the CUDA-core decode kernel, from a CUDA-graph plan that split keys (0 if it did not).
+    Such a plan pads its grid to one whole wave: padded_batch_size = the grid's CTAs / KV heads (FlashInfer 0.5's
+    DecodePlanInfo: [padded_batch_size, ..., enable_cuda_graph, split_kv])."""
+    info = [int(v) for v in plan_info]
+    return info[0] if len(info) == 10 and info[8] and info[9] else 0
 
 
 def lean_ready(w, page_size: int = 1) -> bool:

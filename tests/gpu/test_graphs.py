@@ -287,6 +287,41 @@ def test_balanced_decode_for_uneven_contexts_equals_the_default_kernel(monkeypat
     assert not even.balanced
 
 
+def test_the_wave_rule_learns_one_wave_from_the_graph_plans(monkeypatch):
+    """WAVE_BALANCED: the CUDA-core graphs' plans tell how many requests one wave of their kernel holds (a plan that
+    splits keys pads its grid to one wave); an even step just past that takes the balanced graph, one within it does
+    not. SmolLM2's 16-request graphs all split, so the wave is learnt; a wave of 12 is then set to try the rule."""
+    import minisgl_edu.attention.flashinfer as fi
+    monkeypatch.setattr(fi, "BALANCED_MIN_BS", 8)
+    monkeypatch.setattr(fi, "BALANCED_MIN_KV_BYTES", 0)
+    engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
+                                 max_running_reqs=MAX_BS, max_total_tokens=32768, cuda_graph_max_bs=MAX_BS,
+                                 cuda_graph_max_extend=0))
+    backend = engine.backend
+    learnt = fi.wave_of(backend.graph_wrappers[MAX_BS, 0]._plan_info)
+    report(check="wave_reqs", smollm2=backend.wave_reqs)
+    assert backend.wave_reqs == learnt > MAX_BS
+    g = torch.Generator().manual_seed(6)
+    reqs = [Req(i, torch.randint(0, 49152, (300,), generator=g).tolist(), SamplingParams(max_tokens=8)) for i in range(15)]
+    for i in range(0, len(reqs), 5):
+        prefill(engine, reqs[i:i + 5])
+    batch = Batch(reqs, "decode")
+    batch.out_loc = engine.pool.assign_locations(reqs)
+    hidden(engine, batch, graph=True)
+    assert not batch.balanced  # even, and 15 requests are well inside one wave
+    backend.wave_reqs = 12  # 15 requests: 1.25 waves
+    hidden(engine, batch, graph=True)
+    assert batch.balanced
+    within = Batch(reqs[:10], "decode")
+    within.out_loc = batch.out_loc[:10]
+    hidden(engine, within, graph=True)
+    assert not within.balanced
+    monkeypatch.setattr(fi, "WAVE_BALANCED", False)  # the twin learns nothing from its plans
+    backend.wave_reqs = 0
+    hidden(engine, batch, graph=True)
+    assert backend.wave_reqs == 0 and not batch.balanced
+
+
 def slots_written_outside_the_dummy_page(kv, before: torch.Tensor) -> list[int]:
     """The pool check: slots (outside the dummy page) whose K or V differ from the snapshot `before`."""
     dummy = kv.dummy_page * (kv.kv.shape[2] // (kv.dummy_page + 1))
