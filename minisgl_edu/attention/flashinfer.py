@@ -74,9 +74,10 @@ def balanced_step(seq_lens: np.ndarray, size: int, kv_bytes_per_token: int, wave
     `wave_reqs`, the requests one wave of the CUDA-core kernel holds) a size just past one wave. Padding lanes do
     not count."""
     lens = seq_lens[:size].astype(np.int64)
-    spills = 0 < wave_reqs < size <= WAVE_SPILL * wave_reqs
-    uneven = spills or int(lens.max()) >= UNEVEN * float(lens.mean())
-    return size >= BALANCED_MIN_BS and uneven and int(lens.sum()) * kv_bytes_per_token >= BALANCED_MIN_KV_BYTES
+    uneven = int(lens.max()) >= UNEVEN * float(lens.mean())
+    spills = 0 < wave_reqs < size <= WAVE_SPILL * wave_reqs  # just past one wave of the CUDA-core kernel
+    return size >= BALANCED_MIN_BS and (uneven or spills) and \
+        int(lens.sum()) * kv_bytes_per_token >= BALANCED_MIN_KV_BYTES
 
 
 @dataclass
