@@ -10,7 +10,8 @@ Two kinds of figure, neither drawn by hand:
 * from the committed notebooks: the plot a chapter's prose talks about, copied byte for byte out of the
   stored outputs (found by a phrase of its cell's source, so a moved cell is still found);
 * from the committed H200 measurements: chapter 7's P1 breakdown, drawn from `benchmarks/results.json`'s rows of
-  one `bench_gpu.py p1b nobal` run (each decode step against its own floor, by batch size); chapter 9's inter-token
+  one `bench_gpu.py p1b nobal` run (each decode step against its own floor, by batch size), and the decode kernels'
+  read rate around one wave of the grid (`benchmarks/issue16/s29/`, an H100); chapter 9's inter-token
   gaps of one served trace, by the kind of step around them (`benchmarks/issue18/h200-s11/tail_qwen3-0.6b.json`), and
   what a mixed step costs by prompt length beside the served tail with two mixed budgets (`benchmarks/issue18/h200-s13/`),
   and the bench client's own share of a measured tail (`benchmarks/issue18/h200-s14/`).
@@ -398,6 +399,35 @@ def draw_token_legs(path: Path, src: Path = S23) -> None:
     plt.close(fig)
 
 
+WAVE = ROOT / "benchmarks" / "issue16" / "s29" / "call2_attn_h100.json"  # lt_probe.py --attn, session 29 call 2
+
+
+def draw_decode_wave(path: Path, src: Path = WAVE) -> None:
+    """Chapter 7: the decode kernels' K/V read rate by requests, even and uneven contexts, around one wave of the
+    CUDA-core kernel's grid (where its graph plan stops splitting keys)."""
+    import matplotlib.pyplot as plt
+
+    rows = json.loads(src.read_text())["attn"]
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
+    for ax, spread, where in zip(axes, ("even", "uneven"), ((0.60, 0.06), (0.40, 0.92))):
+        sel = [r for r in rows if r["contexts"] == spread]
+        bs = [r["bs"] for r in sel]
+        for key, label, color in (("graph_plan_us", "CUDA-core kernel (graph plan)", "#4c72b0"),
+                                  ("tensor_core_us", "tensor-core kernel (balanced)", "#dd8452")):
+            ax.plot(bs, [r["kv_gb"] / r[key] * 1e3 for r in sel], "o-", ms=4, label=label, color=color)
+        wave = max(r["plan_info_graph"][0] for r in sel if r["plan_info_graph"][9])  # a split plan's padded size
+        ax.axvline(wave + 0.5, color="black", lw=0.8, ls="--")
+        ax.text(*where, f"one wave: {wave} requests (dashed)", fontsize=8, transform=ax.transAxes)
+        ax.set_title(f"{spread} contexts", fontsize=9)
+        ax.set_xlabel("requests in the decode step")
+    axes[0].set_ylabel("K/V read, TB/s")
+    axes[1].legend(fontsize=8, frameon=False, loc="lower right")
+    fig.suptitle("Decode attention past one wave (H100, Qwen3-0.6B's heads, 28 layers' K/V; lt_probe.py --attn)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     if "--check" in argv:
@@ -411,6 +441,7 @@ def main(argv: list[str]) -> int:
     draw_page_table(OUT / "04-page-table.png")
     draw_radix_tree(OUT / "05-insert-split-evict.png")
     draw_p1_breakdown(OUT / "07-p1-breakdown.png")
+    draw_decode_wave(OUT / "07-decode-wave.png")
     draw_itl_tail(OUT / "09-itl-tail.png")
     draw_mixed_budget(OUT / "09-mixed-budget.png")
     draw_client_share(OUT / "09-client-share.png")
