@@ -786,8 +786,8 @@ def write_results() -> None:
 
 
 # experiments: each builds its own engine, after the default one is freed
-EXPERIMENTS = {"wave": wave, "lt": blaslt, "nogemv": no_gemv, "gemvrow": gemv_row, "tc": tensor_core_decode, "nobal": no_balanced,
-               "leanbal": lean_balanced, "paged": paged, "nosplit": no_split, "pagedp1": paged_p1}
+EXPERIMENTS = {"wave": wave, "lt": blaslt, "nogemv": no_gemv, "gemvrow": gemv_row, "tc": tensor_core_decode,
+               "nobal": no_balanced, "leanbal": lean_balanced, "paged": paged, "nosplit": no_split, "pagedp1": paged_p1}
 PARTS = {"p1", "p1b", "p2", "p4", "pf", "tokens", "lean", "gemm", "gemv", "splitk", "p2x", *EXPERIMENTS}
 
 

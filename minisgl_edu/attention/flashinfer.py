@@ -111,7 +111,7 @@ class FlashInferBackend(AttentionBackend):
         self.balanced = BALANCED_DECODE and not self.use_tensor_cores
         self.balanced_wrapper = self._decode_wrapper(tensor_cores=True) if self.balanced else None
         self.balanced_wrappers: dict[int, Any] = {}  # graph batch size -> its wrapper; graphs.py captures one graph each
-        self.wave_reqs = 0  # requests in one wave of the CUDA-core graphs' kernel (their plans say; WAVE_BALANCED)
+        self.wave_reqs = 0  # requests in one wave of the CUDA-core graphs' kernel (the first split plan says; WAVE_BALANCED)
         self.planned: dict[int, torch.cuda.Event] = {}  # id(wrapper) -> recorded after its last plan (PLAN_FENCE)
         # each layer's K and V as FlashInfer's pages: [pages, page_size tokens, kv_heads, head_dim] (the same bytes)
         self.page_size = ps = pool.page_size if PAGES else 1  # 1: every slot a page of one token
@@ -188,8 +188,8 @@ class FlashInferBackend(AttentionBackend):
                 w.plan(pg.indptr, pg.indices, pg.last_page_len, head_dim=self.head_dim, seq_lens=args.seq_lens_k,
                        num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=self.page_size,
                        q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True)
-        if WAVE_BALANCED and w.is_cuda_graph_enabled and not w.use_tensor_cores:
-            self.wave_reqs = max(self.wave_reqs, wave_of(w._plan_info))
+        if WAVE_BALANCED and not self.wave_reqs and w.is_cuda_graph_enabled and not w.use_tensor_cores:
+            self.wave_reqs = wave_of(w._plan_info)  # every split plan pads to the same wave: learnt once, at capture
         return w
 
     def plan(self, batch: Batch, args: KernelArgs) -> FIMetadata:

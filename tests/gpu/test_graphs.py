@@ -241,16 +241,22 @@ def test_a_side_stream_that_never_joins_fails_the_capture():
     assert "captur" in r.stderr.lower(), r.stderr[-2000:]
 
 
+def balanced_engine(monkeypatch):
+    """A SmolLM2 engine with graphs up to MAX_BS whose balanced-decode thresholds are lowered so that 16 requests
+    qualify; returns (the flashinfer backend module, the engine)."""
+    import minisgl_edu.attention.flashinfer as fi
+    monkeypatch.setattr(fi, "BALANCED_MIN_BS", 8)
+    monkeypatch.setattr(fi, "BALANCED_MIN_KV_BYTES", 0)
+    return fi, Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
+                                   max_running_reqs=MAX_BS, max_total_tokens=32768, cuda_graph_max_bs=MAX_BS,
+                                   cuda_graph_max_extend=0))
+
+
 def test_balanced_decode_for_uneven_contexts_equals_the_default_kernel(monkeypatch):
     """BALANCED_DECODE: an uneven decode step goes through the tensor-core kernel, in its own graph of that batch
     size, and gives what the CUDA-core kernel gives (PREFILL_TOL: it is the prefill kernel, tiled otherwise); an even
     step stays on the CUDA-core graph. The thresholds are lowered so that 16 SmolLM2 requests qualify."""
-    import minisgl_edu.attention.flashinfer as fi
-    monkeypatch.setattr(fi, "BALANCED_MIN_BS", 8)
-    monkeypatch.setattr(fi, "BALANCED_MIN_KV_BYTES", 0)
-    engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
-                                 max_running_reqs=MAX_BS, max_total_tokens=32768, cuda_graph_max_bs=MAX_BS,
-                                 cuda_graph_max_extend=0))
+    fi, engine = balanced_engine(monkeypatch)
     backend = engine.backend
     assert backend.balanced and sorted(backend.balanced_wrappers) == sorted(engine.graphs.balanced_graphs) == [8, 16]
     g = torch.Generator().manual_seed(5)
@@ -291,12 +297,7 @@ def test_the_wave_rule_learns_one_wave_from_the_graph_plans(monkeypatch):
     """WAVE_BALANCED: the CUDA-core graphs' plans tell how many requests one wave of their kernel holds (a plan that
     splits keys pads its grid to one wave); an even step just past that takes the balanced graph, one within it does
     not. SmolLM2's 16-request graphs all split, so the wave is learnt; a wave of 12 is then set to try the rule."""
-    import minisgl_edu.attention.flashinfer as fi
-    monkeypatch.setattr(fi, "BALANCED_MIN_BS", 8)
-    monkeypatch.setattr(fi, "BALANCED_MIN_KV_BYTES", 0)
-    engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
-                                 max_running_reqs=MAX_BS, max_total_tokens=32768, cuda_graph_max_bs=MAX_BS,
-                                 cuda_graph_max_extend=0))
+    fi, engine = balanced_engine(monkeypatch)
     backend = engine.backend
     learnt = fi.wave_of(backend.graph_wrappers[MAX_BS, 0]._plan_info)
     report(check="wave_reqs", smollm2=backend.wave_reqs)
