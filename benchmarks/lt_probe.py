@@ -1,6 +1,6 @@
-"""Issue 16, session 29: two questions about a decode layer's time on the H200, asked before building anything.
+"""Issue 16, sessions 29-30: three questions about a decode layer's time on the H200, asked before building anything.
 
-    python benchmarks/lt_probe.py [--gemm] [--attn] [--json OUT]
+    python benchmarks/lt_probe.py [--gemm] [--attn] [--xqa] [--json OUT]
 
 1. `--gemm`: the four products of a Qwen3-0.6B decoder layer at decode batch sizes take ~6 µs each through
    cuBLAS's own choice (session 18: 23.6 µs + a 2.1 µs split-K reduce a layer at 128 rows for 31 MB of weights, ~1.2
@@ -12,6 +12,12 @@
    grid (up to ~144 requests here) and merges the pieces after. Forcing the whole-KV kernel into a graph: plan with
    one-token requests (whole KV, no split), capture, then write the real page table into the same buffers. Times
    that beside the graph-mode plan, over 28 layers' K/V, contexts even and uneven.
+3. `--xqa` (session 30): the H100 read its K/V at 2.88 of 3.02 TB/s through the CUDA-core kernel, but the H200's P1
+   stays at 0.63 of its floor where the H100's reached 0.71: is it the kernel's reach on the faster memory? Times
+   TensorRT-LLM's XQA decode kernel (FlashInfer 0.5's `xqa_batch_decode_with_kv_cache`: no planner, it splits long
+   sequences across CTAs itself; pages of 16 tokens; prebuilt here for sm_90a) beside the engine's two graph kernels
+   over the same bytes: CUDA-core over one-token pages (the default) and tensor-core over pages of 16 (the balanced
+   graphs at page_size 16), batch 1 to 256, contexts even and uneven.
 """
 from __future__ import annotations
 
@@ -259,10 +265,91 @@ def attn_probe(sizes, ctx=1024, layers=28):
     return rows
 
 
+def xqa_probe(sizes, ctx=1024, layers=28, page=16):
+    import flashinfer
+    from flashinfer.decode import xqa_batch_decode_with_kv_cache
+    dev = torch.device("cuda")
+    per_req = (ctx * 7 // 4 + page) // page  # pages of the longest request
+    pages = max(sizes) * per_req
+    kv = [(torch.randn(pages, page, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16),
+           torch.randn(pages, page, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)) for _ in range(layers)]
+    slots = [(k.view(-1, 1, KV_HEADS, HEAD_DIM), v.view(-1, 1, KV_HEADS, HEAD_DIM)) for k, v in kv]  # one-token pages
+    ws_x = torch.zeros(256 << 20, dtype=torch.uint8, device=dev)  # XQA: 8 MiB of semaphores, then scratch (zeroed once)
+    rows = []
+    for bs in sizes:
+        gen = torch.Generator().manual_seed(bs)
+        for spread in ("even", "uneven"):
+            lens = torch.full((bs,), ctx) if spread == "even" else \
+                torch.randint(ctx // 4, ctx * 7 // 4 + 1, (bs,), generator=gen)
+            npg = (lens + page - 1) // page
+            perm = torch.randperm(pages, generator=gen)[:int(npg.sum())].to(torch.int32)  # pages scattered
+            pindptr = torch.zeros(bs + 1, dtype=torch.int32)
+            pindptr[1:] = torch.cumsum(npg, 0)
+            last = (lens - (npg - 1) * page).to(torch.int32)
+            table = torch.zeros(bs, per_req, dtype=torch.int32)
+            for r in range(bs):
+                table[r, :npg[r]] = perm[pindptr[r]:pindptr[r + 1]]
+            # the same tokens slot by slot: page p's token j is slot p * page + j
+            sids = torch.cat([(table[r, :npg[r], None] * page + torch.arange(page, dtype=torch.int32)).flatten()[:lens[r]]
+                              for r in range(bs)]).to(dev)
+            sindptr = torch.zeros(bs + 1, dtype=torch.int32)
+            sindptr[1:] = torch.cumsum(lens, 0)
+            q = torch.randn(bs, Q_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+            kw = dict(num_qo_heads=Q_HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM,
+                      q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+
+            def graph_wrapper(n, nidx, tc):
+                return flashinfer.BatchDecodeWithPagedKVCacheWrapper(
+                    torch.empty(64 << 20, dtype=torch.uint8, device=dev), "NHD", use_cuda_graph=True, use_tensor_cores=tc,
+                    paged_kv_indptr_buffer=torch.empty(n + 1, dtype=torch.int32, device=dev),
+                    paged_kv_indices_buffer=torch.empty(nidx, dtype=torch.int32, device=dev),
+                    paged_kv_last_page_len_buffer=torch.empty(n, dtype=torch.int32, device=dev), backend="fa2")
+            # (a) the default: CUDA-core kernel, graph plan, one-token pages
+            wa = graph_wrapper(bs, len(sids), False)
+            wa.plan(sindptr, sids, torch.ones(bs, dtype=torch.int32), page_size=1, **kw)
+            out_a = torch.empty_like(q)
+            wa.run(q, slots[0], out=out_a)
+            torch.cuda.synchronize()
+            ref = out_a.float().clone()
+
+            def err_of(o):
+                torch.cuda.synchronize()
+                return float((o.float() - ref).norm() / ref.norm())
+            t_a = graph_time(lambda i: wa.run(q, slots[i], out=out_a), layers)
+            # (b) tensor-core kernel, graph plan, pages of 16
+            wb = graph_wrapper(bs, int(npg.sum()), True)
+            wb.plan(pindptr, perm.to(dev), last, page_size=page, **kw)
+            out_b = torch.empty_like(q)
+            wb.run(q, kv[0], out=out_b)
+            err_b = err_of(out_b)
+            t_b = graph_time(lambda i: wb.run(q, kv[i], out=out_b), layers)
+            # (c) XQA over pages of 16: a page table and the lengths, nothing planned
+            tab, sl = table.to(dev), lens.to(torch.uint32).to(dev)
+            out_c = torch.empty_like(q)
+
+            def run_c(i):
+                xqa_batch_decode_with_kv_cache(q, kv[i], ws_x, tab, sl, per_req * page, bmm1_scale=HEAD_DIM ** -0.5,
+                                               out=out_c)
+            run_c(0)
+            err_c = err_of(out_c)
+            t_c = graph_time(run_c, layers)
+            gb = int(lens.sum()) * KV_HEADS * HEAD_DIM * 4 / 1e9
+            row = dict(bs=bs, contexts=spread, cuda_core_us=t_a, tensor_core_p16_us=t_b, xqa_p16_us=t_c, kv_gb=gb,
+                       rel_err_tc=err_b, rel_err_xqa=err_c)
+            rows.append(row)
+            tb = lambda t: f"{t:7.1f} µs ({gb / t * 1e3:4.2f} TB/s)"
+            print(f"xqa bs={bs:>4} {spread:>6}: CUDA-core p1 {tb(t_a)} | tensor-core p16 {tb(t_b)} | XQA p16 {tb(t_c)} "
+                  f"| errs {err_b:.0e} {err_c:.0e}", flush=True)
+            del wa, wb
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gemm", action="store_true")
     ap.add_argument("--attn", action="store_true")
+    ap.add_argument("--xqa", action="store_true")
+    ap.add_argument("--xbs", default="1,8,32,64,128,144,160,192,256")
     ap.add_argument("--m", default="1,8,32,64,96,128,160,192,256")
     ap.add_argument("--bs", default="64,96,128,144,160,176,192,208,224,256")
     ap.add_argument("--json", default=None)
@@ -273,6 +360,8 @@ def main():
         out["gemm"] = gemm_probe([int(v) for v in args.m.split(",")])
     if args.attn:
         out["attn"] = attn_probe([int(v) for v in args.bs.split(",")])
+    if args.xqa:
+        out["xqa"] = xqa_probe([int(v) for v in args.xbs.split(",")])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
