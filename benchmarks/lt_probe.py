@@ -333,13 +333,24 @@ def xqa_probe(sizes, ctx=1024, layers=28, page=16):
             run_c(0)
             err_c = err_of(out_c)
             t_c = graph_time(run_c, layers)
+            # (d) the same with the table as wide as an engine's would be (Qwen3's 40,960 positions: 2,560 pages), since
+            # XQA sizes its split of each sequence from the table's width, not from the lengths
+            wide = torch.zeros(bs, 40960 // page, dtype=torch.int32, device=dev)
+            wide[:, :per_req] = tab
+            out_d = torch.empty_like(q)
+
+            def run_d(i):
+                xqa_batch_decode_with_kv_cache(q, kv[i], ws_x, wide, sl, 40960, bmm1_scale=HEAD_DIM ** -0.5, out=out_d)
+            run_d(0)
+            err_d = err_of(out_d)
+            t_d = graph_time(run_d, layers)
             gb = int(lens.sum()) * KV_HEADS * HEAD_DIM * 4 / 1e9
-            row = dict(bs=bs, contexts=spread, cuda_core_us=t_a, tensor_core_p16_us=t_b, xqa_p16_us=t_c, kv_gb=gb,
-                       rel_err_tc=err_b, rel_err_xqa=err_c)
+            row = dict(bs=bs, contexts=spread, cuda_core_us=t_a, tensor_core_p16_us=t_b, xqa_p16_us=t_c, xqa_wide_us=t_d,
+                       kv_gb=gb, rel_err_tc=err_b, rel_err_xqa=err_c, rel_err_wide=err_d)
             rows.append(row)
             tb = lambda t: f"{t:7.1f} µs ({gb / t * 1e3:4.2f} TB/s)"
             print(f"xqa bs={bs:>4} {spread:>6}: CUDA-core p1 {tb(t_a)} | tensor-core p16 {tb(t_b)} | XQA p16 {tb(t_c)} "
-                  f"| errs {err_b:.0e} {err_c:.0e}", flush=True)
+                  f"| XQA wide table {tb(t_d)} | errs {err_b:.0e} {err_c:.0e} {err_d:.0e}", flush=True)
             del wa, wb
     return rows
 
