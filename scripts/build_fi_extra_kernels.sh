@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build FlashInfer's fused RMSNorm (+ fused residual add, q/k head norm) / RoPE / SiLU-and-mul kernels
+# Build FlashInfer's fused RMSNorm (+ fused residual add, q/k head norm) / RoPE / SiLU-and-mul kernels and XQA decode
 # for the H200 (sm_90a) on this CPU machine, next to the attention kernels that ../shared/device/bundle.sh
 # put in .gpu/fi_aot/, so the GPU machine compiles nothing. Same recipe as bundle.sh step 3, for more
 # modules. Then our own one-launch q/k norm + RoPE + K/V store kernel (minisgl_edu/model/qk_kernel.py)
@@ -32,7 +32,12 @@ import time
 from flashinfer.jit.norm import gen_norm_module
 from flashinfer.jit.rope import gen_rope_module
 from flashinfer.jit.activation import gen_act_and_mul_module
-for name, spec in (("norm", gen_norm_module()), ("rope", gen_rope_module()), ("silu_and_mul", gen_act_and_mul_module("silu"))):
+import torch
+from flashinfer.jit.xqa import gen_xqa_module
+bf = torch.bfloat16
+# XQA (attention/flashinfer.py's XQA_DECODE) for pages of 16: Qwen3-0.6B's heads (128, GQA 2) and SmolLM2's (64, GQA 3)
+xqa = [(f"xqa_{hd}_{g}", gen_xqa_module(bf, bf, 16, hd, g, False, bf)) for hd, g in ((128, 2), (64, 3))]
+for name, spec in [("norm", gen_norm_module()), ("rope", gen_rope_module()), ("silu_and_mul", gen_act_and_mul_module("silu"))] + xqa:
     t = time.time(); spec.write_ninja(); spec.build(verbose=False)
     print(f"built {name} in {time.time() - t:.0f}s", flush=True)
 PY
