@@ -1,6 +1,6 @@
 """Issue 16, sessions 29-30: three questions about a decode layer's time on the H200, asked before building anything.
 
-    python benchmarks/lt_probe.py [--gemm] [--attn] [--xqa] [--json OUT]
+    python benchmarks/lt_probe.py [--gemm] [--attn] [--xqa] [--l2] [--json OUT]
 
 1. `--gemm`: the four products of a Qwen3-0.6B decoder layer at decode batch sizes take ~6 µs each through
    cuBLAS's own choice (session 18: 23.6 µs + a 2.1 µs split-K reduce a layer at 128 rows for 31 MB of weights, ~1.2
@@ -18,6 +18,10 @@
    sequences across CTAs itself; pages of 16 tokens; prebuilt here for sm_90a) beside the engine's two graph kernels
    over the same bytes: CUDA-core over one-token pages (the default) and tensor-core over pages of 16 (the balanced
    graphs at page_size 16), batch 1 to 256, contexts even and uneven.
+4. `--l2` (session 31): a decode layer's four products take ~6 µs each whatever their rows, about half the copy
+   bandwidth on the H100 and less on the H200. Are they slow for the bytes or for the latency? Times them with their
+   weights cold, hot (one layer's weights, which the L2 holds), and cold with the next products' weights read into
+   the L2 on a second stream meanwhile, with and without an attention stand-in reading K/V between them.
 """
 from __future__ import annotations
 
@@ -355,11 +359,67 @@ def xqa_probe(sizes, ctx=1024, layers=28, page=16):
     return rows
 
 
+def l2_probe(sizes, layers=28, ctx=1024):
+    """Weights read into the L2 on a second stream while the GEMMs before them run: does a product whose weights the
+    L2 already holds take less than its ~6 µs? Each layer: qkv, an attention stand-in (a float32 sum over the K/V
+    bytes of `m` requests of `ctx` tokens, as many bytes as the decode kernel reads), o_proj, gate_up, down; 28 layers'
+    worth of separate weights and K/V in one CUDA graph. 'prefetch': at o_proj a second stream sums gate_up's, down's
+    and the next layer's qkv weights (a read that leaves them in the L2), joined at the layer's end."""
+    dev = torch.device("cuda")
+    w = [{n: torch.randn(nk, device=dev, dtype=torch.bfloat16) * 0.02 for n, nk in SHAPES.items()} for _ in range(layers + 1)]
+    kv_tok = KV_HEADS * HEAD_DIM * 2  # K and V elements a token a layer
+    kv = torch.empty(layers, max(sizes) * ctx * kv_tok, device=dev, dtype=torch.bfloat16).normal_()
+    side = torch.cuda.Stream(dev)
+    sink = torch.zeros(layers, 8, device=dev, dtype=torch.float32)
+    rows = []
+    for m in sizes:
+        x = {n: torch.randn(m, k, device=dev, dtype=torch.bfloat16) for n, (_, k) in SHAPES.items()}
+        y = {n: torch.empty(m, nn, device=dev, dtype=torch.bfloat16) for n, (nn, _) in SHAPES.items()}
+        kvm = kv[:, :m * ctx * kv_tok]
+
+        def gemm(i, n):
+            torch.mm(x[n], w[i][n].t(), out=y[n])
+
+        def layer(i, attn=True, prefetch=False, hot=False):
+            j = 0 if hot else i
+            gemm(j, "qkv")
+            if attn:
+                torch.sum(kvm[i], dtype=torch.float32, out=sink[i, 0])
+            if prefetch:
+                main = torch.cuda.current_stream(dev)
+                side.wait_stream(main)
+                with torch.cuda.stream(side):
+                    for k, (jj, n) in enumerate(((j, "gate_up"), (j, "down"), (j + 1, "qkv"))):
+                        torch.sum(w[jj][n], dtype=torch.float32, out=sink[i, 1 + k])
+            gemm(j, "o_proj")
+            gemm(j, "gate_up")
+            gemm(j, "down")
+            if prefetch:
+                main.wait_stream(side)
+        t = {
+            "gemms_cold": graph_time(lambda i: layer(i, attn=False), layers),
+            "gemms_hot": graph_time(lambda i: layer(i, attn=False, hot=True), layers),
+            "gemms_prefetch": graph_time(lambda i: layer(i, attn=False, prefetch=True), layers),
+            "attn_alone": graph_time(lambda i: torch.sum(kvm[i], dtype=torch.float32, out=sink[i, 0]), layers),
+            "layer": graph_time(lambda i: layer(i), layers),
+            "layer_prefetch": graph_time(lambda i: layer(i, prefetch=True), layers),
+        }
+        wb = sum(n * k for n, k in SHAPES.values()) * 2
+        floor = (wb + m * ctx * kv_tok * 2) / 1e6  # a layer's bytes / 1e6 = µs at 1 TB/s
+        rows.append(dict(m=m, ctx=ctx, **t, layer_bytes_mb=floor))
+        print(f"l2 m={m:>4}: GEMMs cold {t['gemms_cold']:6.1f} | hot {t['gemms_hot']:6.1f} | cold + prefetch "
+              f"{t['gemms_prefetch']:6.1f} | attn stand-in {t['attn_alone']:7.1f} ({m * ctx * kv_tok * 2 / t['attn_alone'] / 1e6:4.2f} TB/s) | "
+              f"layer {t['layer']:7.1f} | layer + prefetch {t['layer_prefetch']:7.1f} µs (floor {floor / 4.2:6.1f} at 4.2 TB/s)",
+              flush=True)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gemm", action="store_true")
     ap.add_argument("--attn", action="store_true")
     ap.add_argument("--xqa", action="store_true")
+    ap.add_argument("--l2", action="store_true")
     ap.add_argument("--xbs", default="1,8,32,64,128,144,160,192,256")
     ap.add_argument("--m", default="1,8,32,64,96,128,160,192,256")
     ap.add_argument("--bs", default="64,96,128,144,160,176,192,208,224,256")
@@ -373,6 +433,8 @@ def main():
         out["attn"] = attn_probe([int(v) for v in args.bs.split(",")])
     if args.xqa:
         out["xqa"] = xqa_probe([int(v) for v in args.xbs.split(",")])
+    if args.l2:
+        out["l2"] = l2_probe([int(v) for v in args.m.split(",")])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
