@@ -21,7 +21,8 @@
 4. `--l2` (session 31): a decode layer's four products take ~6 µs each whatever their rows, about half the copy
    bandwidth on the H100 and less on the H200. Are they slow for the bytes or for the latency? Times them with their
    weights cold, hot (one layer's weights, which the L2 holds), and cold with the next products' weights read into
-   the L2 on a second stream meanwhile, with and without an attention stand-in reading K/V between them.
+   the L2 on a second stream meanwhile (a sum, or benchmarks/kernels/l2_prefetch.cu's prefetch, plain or evict_last),
+   with and without an attention stand-in reading K/V between them.
 """
 from __future__ import annotations
 
@@ -360,17 +361,28 @@ def xqa_probe(sizes, ctx=1024, layers=28, page=16):
 
 
 def l2_probe(sizes, layers=28, ctx=1024):
-    """Weights read into the L2 on a second stream while the GEMMs before them run: does a product whose weights the
-    L2 already holds take less than its ~6 µs? Each layer: qkv, an attention stand-in (a float32 sum over the K/V
-    bytes of `m` requests of `ctx` tokens, as many bytes as the decode kernel reads), o_proj, gate_up, down; 28 layers'
-    worth of separate weights and K/V in one CUDA graph. 'prefetch': at o_proj a second stream sums gate_up's, down's
-    and the next layer's qkv weights (a read that leaves them in the L2), joined at the layer's end."""
+    """Weights read into the L2 ahead of their products: does a product whose weights the L2 already holds take less
+    than its ~6 µs? Each layer: qkv, an attention stand-in (a float32 sum over the K/V bytes of `m` requests of `ctx`
+    tokens, as many bytes as the decode kernel reads), o_proj, gate_up, down; 28 layers' worth of separate weights and
+    K/V in one CUDA graph. Variants: the weights cold; hot (one layer's weights 28 times, which the L2 keeps); and
+    cold with a second stream reading ahead, joined at the layer's end: 'sum' (a float32 sum over gate_up, down and
+    the next qkv, from o_proj on), 'pf' (benchmarks/kernels/l2_prefetch.cu's prefetch of the same, from o_proj on),
+    'last' (its evict_last prefetch of o_proj, gate_up, down and the next qkv from qkv on, before the attention's
+    stream, after putting the weights used since the last such fork back to normal priority)."""
+    from minisgl_edu.model import qk_kernel
     dev = torch.device("cuda")
+    qk_kernel.CUBINS["l2_prefetch"] = "l2_prefetch.cubin"  # built by scripts/build_fi_extra_kernels.sh
+    have_pf = qk_kernel._kernel(dev, "l2_prefetch") is not None
     w = [{n: torch.randn(nk, device=dev, dtype=torch.bfloat16) * 0.02 for n, nk in SHAPES.items()} for _ in range(layers + 1)]
     kv_tok = KV_HEADS * HEAD_DIM * 2  # K and V elements a token a layer
     kv = torch.empty(layers, max(sizes) * ctx * kv_tok, device=dev, dtype=torch.bfloat16).normal_()
     side = torch.cuda.Stream(dev)
     sink = torch.zeros(layers, 8, device=dev, dtype=torch.float32)
+
+    def prefetch(t, mode):
+        lines = t.numel() * t.element_size() // 128
+        qk_kernel._launch("l2_prefetch", dev, min(-(-lines // 256), 264), 256,
+                          [qk_kernel._ptr(t), ctypes.c_ulonglong(t.numel() * t.element_size()), ctypes.c_int(mode)])
     rows = []
     for m in sizes:
         x = {n: torch.randn(m, k, device=dev, dtype=torch.bfloat16) for n, (_, k) in SHAPES.items()}
@@ -380,37 +392,43 @@ def l2_probe(sizes, layers=28, ctx=1024):
         def gemm(i, n):
             torch.mm(x[n], w[i][n].t(), out=y[n])
 
-        def layer(i, attn=True, prefetch=False, hot=False):
+        def ahead(i, todo, mode):  # on the side stream, forked from here
+            side.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(side):
+                for k, (j, n) in enumerate(todo):
+                    if mode == "sum":
+                        torch.sum(w[j][n], dtype=torch.float32, out=sink[i, 1 + k])
+                    else:
+                        prefetch(w[j][n], mode)
+
+        def layer(i, attn=True, pf=None, hot=False):
             j = 0 if hot else i
             gemm(j, "qkv")
+            if pf == "last":  # the weights used since the last fork back to normal priority, then the next ones
+                if i:
+                    ahead(i, ((j - 1, "o_proj"), (j - 1, "gate_up"), (j - 1, "down"), (j, "qkv")), 2)
+                ahead(i, ((j, "o_proj"), (j, "gate_up"), (j, "down"), (j + 1, "qkv")), 1)
             if attn:
                 torch.sum(kvm[i], dtype=torch.float32, out=sink[i, 0])
-            if prefetch:
-                main = torch.cuda.current_stream(dev)
-                side.wait_stream(main)
-                with torch.cuda.stream(side):
-                    for k, (jj, n) in enumerate(((j, "gate_up"), (j, "down"), (j + 1, "qkv"))):
-                        torch.sum(w[jj][n], dtype=torch.float32, out=sink[i, 1 + k])
+            if pf in ("sum", "pf"):
+                ahead(i, ((j, "gate_up"), (j, "down"), (j + 1, "qkv")), "sum" if pf == "sum" else 0)
             gemm(j, "o_proj")
             gemm(j, "gate_up")
             gemm(j, "down")
-            if prefetch:
-                main.wait_stream(side)
-        t = {
-            "gemms_cold": graph_time(lambda i: layer(i, attn=False), layers),
-            "gemms_hot": graph_time(lambda i: layer(i, attn=False, hot=True), layers),
-            "gemms_prefetch": graph_time(lambda i: layer(i, attn=False, prefetch=True), layers),
-            "attn_alone": graph_time(lambda i: torch.sum(kvm[i], dtype=torch.float32, out=sink[i, 0]), layers),
-            "layer": graph_time(lambda i: layer(i), layers),
-            "layer_prefetch": graph_time(lambda i: layer(i, prefetch=True), layers),
-        }
-        wb = sum(n * k for n, k in SHAPES.values()) * 2
-        floor = (wb + m * ctx * kv_tok * 2) / 1e6  # a layer's bytes / 1e6 = µs at 1 TB/s
-        rows.append(dict(m=m, ctx=ctx, **t, layer_bytes_mb=floor))
-        print(f"l2 m={m:>4}: GEMMs cold {t['gemms_cold']:6.1f} | hot {t['gemms_hot']:6.1f} | cold + prefetch "
-              f"{t['gemms_prefetch']:6.1f} | attn stand-in {t['attn_alone']:7.1f} ({m * ctx * kv_tok * 2 / t['attn_alone'] / 1e6:4.2f} TB/s) | "
-              f"layer {t['layer']:7.1f} | layer + prefetch {t['layer_prefetch']:7.1f} µs (floor {floor / 4.2:6.1f} at 4.2 TB/s)",
-              flush=True)
+            if pf:
+                torch.cuda.current_stream(dev).wait_stream(side)
+        variants = {"gemms_cold": dict(attn=False), "gemms_hot": dict(attn=False, hot=True),
+                    "gemms_sum": dict(attn=False, pf="sum"), "layer": {}, "layer_sum": dict(pf="sum")}
+        if have_pf:
+            variants |= {"gemms_pf": dict(attn=False, pf="pf"), "layer_pf": dict(pf="pf"), "layer_last": dict(pf="last")}
+        t = {name: graph_time(lambda i, kw=kw: layer(i, **kw), layers) for name, kw in variants.items()}
+        t["attn_alone"] = graph_time(lambda i: torch.sum(kvm[i], dtype=torch.float32, out=sink[i, 0]), layers)
+        kvb = m * ctx * kv_tok * 2
+        floor = (sum(n * k for n, k in SHAPES.values()) * 2 + kvb) / 1e6  # a layer's bytes / 1e6 = µs at 1 TB/s
+        rows.append(dict(m=m, ctx=ctx, **t, layer_mb=floor))
+        print(f"l2 m={m:>4} (floor {floor / 4.2:6.1f} µs at 4.2 TB/s, attn stand-in {t['attn_alone']:6.1f} µs = "
+              f"{kvb / t['attn_alone'] / 1e6:4.2f} TB/s): " + " | ".join(f"{k} {v:6.1f}" for k, v in t.items()
+                                                                          if k != "attn_alone"), flush=True)
     return rows
 
 
