@@ -397,7 +397,7 @@ def l2_probe(sizes, layers=28, ctx=1024):
             with torch.cuda.stream(side):
                 for k, (j, n) in enumerate(todo):
                     if mode == "sum":
-                        torch.sum(w[j][n], dtype=torch.float32, out=sink[i, 1 + k])
+                        torch.sum(w[j][n].view(-1), 0, dtype=torch.float32, out=sink[i, 1 + k])
                     else:
                         prefetch(w[j][n], mode)
 
@@ -409,7 +409,7 @@ def l2_probe(sizes, layers=28, ctx=1024):
                     ahead(i, ((j - 1, "o_proj"), (j - 1, "gate_up"), (j - 1, "down"), (j, "qkv")), 2)
                 ahead(i, ((j, "o_proj"), (j, "gate_up"), (j, "down"), (j + 1, "qkv")), 1)
             if attn:
-                torch.sum(kvm[i], dtype=torch.float32, out=sink[i, 0])
+                torch.sum(kvm[i], 0, dtype=torch.float32, out=sink[i, 0])
             if pf in ("sum", "pf"):
                 ahead(i, ((j, "gate_up"), (j, "down"), (j + 1, "qkv")), "sum" if pf == "sum" else 0)
             gemm(j, "o_proj")
@@ -422,7 +422,7 @@ def l2_probe(sizes, layers=28, ctx=1024):
         if have_pf:
             variants |= {"gemms_pf": dict(attn=False, pf="pf"), "layer_pf": dict(pf="pf"), "layer_last": dict(pf="last")}
         t = {name: graph_time(lambda i, kw=kw: layer(i, **kw), layers) for name, kw in variants.items()}
-        t["attn_alone"] = graph_time(lambda i: torch.sum(kvm[i], dtype=torch.float32, out=sink[i, 0]), layers)
+        t["attn_alone"] = graph_time(lambda i: torch.sum(kvm[i], 0, dtype=torch.float32, out=sink[i, 0]), layers)
         kvb = m * ctx * kv_tok * 2
         floor = (sum(n * k for n, k in SHAPES.values()) * 2 + kvb) / 1e6  # a layer's bytes / 1e6 = µs at 1 TB/s
         rows.append(dict(m=m, ctx=ctx, **t, layer_mb=floor))
