@@ -37,7 +37,7 @@ from flashinfer.jit.activation import gen_act_and_mul_module
 import torch
 from flashinfer.jit.xqa import gen_xqa_module
 bf = torch.bfloat16
-# XQA for pages of 16 (benchmarks/lt_probe.py --xqa; branch xqa's XQA_DECODE): Qwen3-0.6B's heads (128, GQA 2), SmolLM2's (64, GQA 3)
+# XQA for pages of 16 (benchmarks/lt_probe.py --xqa; benchmarks/issue16/s31/xqa_decode.patch's XQA_DECODE): Qwen3-0.6B's heads (128, GQA 2), SmolLM2's (64, GQA 3)
 xqa = [(f"xqa_{hd}_{g}", gen_xqa_module(bf, bf, 16, hd, g, False, bf)) for hd, g in ((128, 2), (64, 3))]
 for name, spec in [("norm", gen_norm_module()), ("rope", gen_rope_module()), ("silu_and_mul", gen_act_and_mul_module("silu"))] + xqa:
     t = time.time(); spec.write_ninja(); spec.build(verbose=False)
