@@ -1,4 +1,4 @@
-"""Issue 16, sessions 29-30: three questions about a decode layer's time on the H200, asked before building anything.
+"""Issue 16, sessions 29-31: four questions about a decode layer's time on the H200, asked before building anything.
 
     python benchmarks/lt_probe.py [--gemm] [--attn] [--xqa] [--l2] [--json OUT]
 
@@ -370,6 +370,7 @@ def l2_probe(sizes, layers=28, ctx=1024):
     'last' (its evict_last prefetch of o_proj, gate_up, down and the next qkv from qkv on, before the attention's
     stream, after putting the weights used since the last such fork back to normal priority)."""
     from minisgl_edu.model import qk_kernel
+    from minisgl_edu.paging import cdiv
     dev = torch.device("cuda")
     qk_kernel.CUBINS["l2_prefetch"] = "l2_prefetch.cubin"  # built by scripts/build_fi_extra_kernels.sh
     have_pf = qk_kernel._kernel(dev, "l2_prefetch") is not None
@@ -379,9 +380,11 @@ def l2_probe(sizes, layers=28, ctx=1024):
     side = torch.cuda.Stream(dev)
     sink = torch.zeros(layers, 8, device=dev, dtype=torch.float32)
 
+    waves = 2 * torch.cuda.get_device_properties(dev).multi_processor_count  # two blocks an SM, grid-stride beyond
+
     def prefetch(t, mode):
         lines = t.numel() * t.element_size() // 128
-        qk_kernel._launch("l2_prefetch", dev, min(-(-lines // 256), 264), 256,
+        qk_kernel._launch("l2_prefetch", dev, min(cdiv(lines, 256), waves), 256,
                           [qk_kernel._ptr(t), ctypes.c_ulonglong(t.numel() * t.element_size()), ctypes.c_int(mode)])
     rows = []
     for m in sizes:
@@ -426,7 +429,7 @@ def l2_probe(sizes, layers=28, ctx=1024):
         kvb = m * ctx * kv_tok * 2
         floor = (sum(n * k for n, k in SHAPES.values()) * 2 + kvb) / 1e6  # a layer's bytes / 1e6 = µs at 1 TB/s
         rows.append(dict(m=m, ctx=ctx, **t, layer_mb=floor))
-        print(f"l2 m={m:>4} (floor {floor / 4.2:6.1f} µs at 4.2 TB/s, attn stand-in {t['attn_alone']:6.1f} µs = "
+        print(f"l2 m={m:>4} (floor {floor / 4.2:6.1f} µs at the H200's 4.2 TB/s, attn stand-in {t['attn_alone']:6.1f} µs = "
               f"{kvb / t['attn_alone'] / 1e6:4.2f} TB/s): " + " | ".join(f"{k} {v:6.1f}" for k, v in t.items()
                                                                           if k != "attn_alone"), flush=True)
     return rows
