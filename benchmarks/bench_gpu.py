@@ -16,6 +16,7 @@ TC  an experiment: every decode graph through FlashInfer's tensor-core decode ke
 NOBAL the naive twin of the balanced decode choice: the CUDA-core kernel for every decode step (decode at 256, P1)
 LEANBAL an experiment: LEAN_PLAN on, then also the balanced kernel's KV threshold at 0 (decode at 64 and 256, P1 each)
 NOSPLIT an experiment: decode graphs padded past FlashInfer's partition-KV sizes (P2 at 64-128, P1)
+FREE bounds: P2 and P1 with the small kernels, the products, or both skipped (what fusion could at best save)
 PAGEDP1 P1 with page_size 16, FlashInfer pages on / off, alternated twice
 PAGED an experiment: page_size 16 (FlashInfer reads pages), then also the tensor-core kernel for even steps (P2, P1 each)
 P1B where P1's time goes: decode steps against their own floors by batch size, prefill / mixed apart
@@ -584,6 +585,43 @@ def no_split(bw: float) -> None:
     del eng.graphs.padded_size
 
 
+def free(bw: float) -> None:
+    """Bounds, not a mode (session 32): what would P1 and the decode steps read if some of a layer's kernels cost
+    nothing? One engine each with those kernels skipped: their outputs are garbage, but ignore_eos keeps every
+    request's length, so the steps, batches and bytes are P1's own. 'free_small': both RMSNorms (with their residual
+    add), SiLU-and-mul (down reads the gate half in place) and our q/k kernel skipped, which is what fusing every one
+    of them into the products could at best save; 'free_products': the four products skipped (an uninitialised
+    tensor of their shape); 'free_both': only the attention (and its merge), the embedding, the LM head and the
+    sampling are left. P2 at 64, 128, 256 (with the kernels left a layer), then P1 (and its breakdown with p1b)."""
+    import gc
+    from minisgl_edu.model import layers, qk_kernel
+    saved = (layers.RMSNorm.forward, layers.silu_and_mul, qk_kernel.qk_norm_rope_store,
+             layers.ColumnParallelLinear.forward, layers.RowParallelLinear.forward)
+
+    def skip_small() -> None:
+        layers.RMSNorm.forward = lambda self, x, residual=None, inplace=False: x if residual is None else (x, residual)
+        layers.silu_and_mul = lambda x: x[:, : x.shape[-1] // 2]  # a view: no kernel, row stride 2x its width
+        qk_kernel.qk_norm_rope_store = lambda *args, **kwargs: None
+
+    def skip_products() -> None:
+        layers.ColumnParallelLinear.forward = lambda self, x: x.new_empty(x.shape[0], self.weight.shape[0])
+        layers.RowParallelLinear.forward = lambda self, x: x.new_empty(x.shape[0], self.weight.shape[0])
+    try:
+        for tag, skips in (("free_small", (skip_small,)), ("free_products", (skip_products,)),
+                           ("free_both", (skip_small, skip_products))):
+            print(f"\n{tag.upper()} bound: " + ", ".join(f.__name__ for f in skips), flush=True)
+            for f in skips:
+                f()
+            experiment(bw, tag, (64, 128, 256))
+            (layers.RMSNorm.forward, layers.silu_and_mul, qk_kernel.qk_norm_rope_store,
+             layers.ColumnParallelLinear.forward, layers.RowParallelLinear.forward) = saved
+            gc.collect()
+            torch.cuda.empty_cache()
+    finally:
+        (layers.RMSNorm.forward, layers.silu_and_mul, qk_kernel.qk_norm_rope_store,
+         layers.ColumnParallelLinear.forward, layers.RowParallelLinear.forward) = saved
+
+
 def blaslt(bw: float) -> None:
     """Experiment: torch's matmuls through cuBLASLt (`preferred_blas_library`), set before the graphs are
     captured (does the down GEMM's split-K reduce go?). The library is set back afterwards."""
@@ -787,7 +825,8 @@ def write_results() -> None:
 
 # experiments: each builds its own engine, after the default one is freed
 EXPERIMENTS = {"wave": wave, "lt": blaslt, "nogemv": no_gemv, "gemvrow": gemv_row, "tc": tensor_core_decode,
-               "nobal": no_balanced, "leanbal": lean_balanced, "paged": paged, "nosplit": no_split, "pagedp1": paged_p1}
+               "nobal": no_balanced, "leanbal": lean_balanced, "paged": paged, "nosplit": no_split, "pagedp1": paged_p1,
+               "free": free}
 PARTS = {"p1", "p1b", "p2", "p4", "pf", "tokens", "lean", "gemm", "gemv", "splitk", "p2x", *EXPERIMENTS}
 
 
