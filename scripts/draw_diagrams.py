@@ -428,6 +428,51 @@ def draw_decode_wave(path: Path, src: Path = WAVE) -> None:
     plt.close(fig)
 
 
+FREE_COMMIT = "e4f449f"  # bench_gpu.py p1 p1b free, session 32
+FREE_TAGS = {"": ("the engine as it is", "#4c72b0"), "_free_small": ("small kernels skipped", "#dd8452"),
+             "_free_products": ("products skipped", "#55a868"), "_free_both": ("both skipped", "#bbbbbb")}
+
+
+def free_bounds(commit: str) -> tuple[str, dict[str, float], dict[str, list[tuple[str, float]]]]:
+    """(hardware, {tag: P1's share of the floor}, {tag: [(batch-size bin, decode GPU / floor), ...]}) from
+    results.json's rows of one `bench_gpu.py p1 p1b free` run at `commit`."""
+    import re
+    rows = [r for r in json.loads((ROOT / "benchmarks" / "results.json").read_text()) if r["commit"] == commit]
+    p1, bins = {}, {}
+    for r in rows:
+        if "free" not in r["command"].split():
+            continue
+        if m := re.fullmatch(r"p1(_free_\w+?)?_offline_throughput", r["metric"]):
+            p1[m.group(1) or ""] = r["ratio"]
+        if m := re.fullmatch(r"p1b(_free_\w+?)?_decode_bs(\d+)_(\d+)", r["metric"]):
+            bins.setdefault(m.group(1) or "", []).append((f"{m.group(2)}-{m.group(3)}", r["value"]))
+    return rows[0]["hardware"], p1, bins
+
+
+def draw_free_bounds(path: Path, commit: str = FREE_COMMIT) -> None:
+    """Chapter 7: P1's decode steps against their floors by batch size with the small kernels, the products or both
+    skipped (bounds on what fusing them could save), P1's share of the floor in the legend."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    hw, p1, bins = free_bounds(commit)
+    labels = [b for b, _ in bins[""]]
+    x, w = np.arange(len(labels)), 0.2
+    fig, ax = plt.subplots(figsize=(8.5, 3.4))
+    for i, (tag, (label, color)) in enumerate(FREE_TAGS.items()):
+        ax.bar(x + (i - 1.5) * w, [v for _, v in bins[tag]], w, color=color, label=f"{label}: P1 {p1[tag]:.2f} of its floor")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_xticks(x, labels)
+    ax.set_xlabel("requests in the decode step")
+    ax.set_ylabel("GPU time / memory floor")
+    ax.set_title(f"P1's decode steps with kernels skipped ({hw.replace('NVIDIA ', '')}, Qwen3-0.6B, commit {commit}; "
+                 "bench_gpu.py free)", fontsize=9)
+    ax.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     if "--check" in argv:
@@ -442,6 +487,7 @@ def main(argv: list[str]) -> int:
     draw_radix_tree(OUT / "05-insert-split-evict.png")
     draw_p1_breakdown(OUT / "07-p1-breakdown.png")
     draw_decode_wave(OUT / "07-decode-wave.png")
+    draw_free_bounds(OUT / "07-free-bounds.png")
     draw_itl_tail(OUT / "09-itl-tail.png")
     draw_mixed_budget(OUT / "09-mixed-budget.png")
     draw_client_share(OUT / "09-client-share.png")
