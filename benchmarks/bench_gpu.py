@@ -606,6 +606,9 @@ def free(bw: float) -> None:
     def skip_products() -> None:
         layers.ColumnParallelLinear.forward = lambda self, x: x.new_empty(x.shape[0], self.weight.shape[0])
         layers.RowParallelLinear.forward = lambda self, x: x.new_empty(x.shape[0], self.weight.shape[0])
+    def restore() -> None:
+        (layers.RMSNorm.forward, layers.silu_and_mul, qk_kernel.qk_norm_rope_store,
+         layers.ColumnParallelLinear.forward, layers.RowParallelLinear.forward) = saved
     try:
         for tag, skips in (("free_small", (skip_small,)), ("free_products", (skip_products,)),
                            ("free_both", (skip_small, skip_products))):
@@ -613,13 +616,11 @@ def free(bw: float) -> None:
             for f in skips:
                 f()
             experiment(bw, tag, (64, 128, 256))
-            (layers.RMSNorm.forward, layers.silu_and_mul, qk_kernel.qk_norm_rope_store,
-             layers.ColumnParallelLinear.forward, layers.RowParallelLinear.forward) = saved
+            restore()
             gc.collect()
             torch.cuda.empty_cache()
     finally:
-        (layers.RMSNorm.forward, layers.silu_and_mul, qk_kernel.qk_norm_rope_store,
-         layers.ColumnParallelLinear.forward, layers.RowParallelLinear.forward) = saved
+        restore()
 
 
 def blaslt(bw: float) -> None:

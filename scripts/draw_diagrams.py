@@ -11,7 +11,8 @@ Two kinds of figure, neither drawn by hand:
   stored outputs (found by a phrase of its cell's source, so a moved cell is still found);
 * from the committed H200 measurements: chapter 7's P1 breakdown, drawn from `benchmarks/results.json`'s rows of
   one `bench_gpu.py p1b nobal` run (each decode step against its own floor, by batch size), and the decode kernels'
-  read rate around one wave of the grid (`benchmarks/issue16/s29/`, an H100); chapter 9's inter-token
+  read rate around one wave of the grid (`benchmarks/issue16/s29/`, an H100), and P1 with kernels skipped
+  (`bench_gpu.py p1 p1b free`, session 32, an H100); chapter 9's inter-token
   gaps of one served trace, by the kind of step around them (`benchmarks/issue18/h200-s11/tail_qwen3-0.6b.json`), and
   what a mixed step costs by prompt length beside the served tail with two mixed budgets (`benchmarks/issue18/h200-s13/`),
   and the bench client's own share of a measured tail (`benchmarks/issue18/h200-s14/`).
