@@ -136,15 +136,19 @@ def draw_radix_tree(path: Path) -> None:
 P1B_COMMIT = "d9cc2c1"  # the run chapter 7 quotes: the balanced default and its twin (nobal) in one process
 
 
+def rows_of(commit: str) -> list[dict]:
+    """results.json's rows measured at `commit`, in order."""
+    return [r for r in json.loads((ROOT / "benchmarks" / "results.json").read_text()) if r["commit"] == commit]
+
+
 def p1b_bins(commit: str = P1B_COMMIT) -> dict[str, list[tuple[str, float, float]]]:
     """{"balanced" | "cuda-core": [(batch-size bin, GPU / floor in P1, a uniform batch's GPU / floor), ...]} from
     results.json's p1b rows of that commit (the uniform twin's ratio is in each row's note)."""
     import re
-    rows = json.loads((ROOT / "benchmarks" / "results.json").read_text())
     out: dict[str, list[tuple[str, float, float]]] = {"balanced": [], "cuda-core": []}
-    for r in rows:
+    for r in rows_of(commit):
         m = re.fullmatch(r"p1b(_nobal)?_decode_bs(\d+)_(\d+)", r["metric"])
-        if r["commit"] == commit and m:
+        if m:
             uniform = float(re.search(r": ([\d.]+) x its floor", r["note"]).group(1))
             out["cuda-core" if m.group(1) else "balanced"].append((f"{m.group(2)}-{m.group(3)}", r["value"], uniform))
     return out
@@ -438,7 +442,7 @@ def free_bounds(commit: str) -> tuple[str, dict[str, float], dict[str, list[tupl
     """(hardware, {tag: P1's share of the floor}, {tag: [(batch-size bin, decode GPU / floor), ...]}) from
     results.json's rows of one `bench_gpu.py p1 p1b free` run at `commit`."""
     import re
-    rows = [r for r in json.loads((ROOT / "benchmarks" / "results.json").read_text()) if r["commit"] == commit]
+    rows = rows_of(commit)
     p1, bins = {}, {}
     for r in rows:
         if "free" not in r["command"].split():
