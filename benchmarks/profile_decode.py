@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--blas", default=None, help="torch.backends.cuda.preferred_blas_library before capture (cublaslt)")
     ap.add_argument("--lean-off", action="store_true", help="lean_step=False (the plain step's host work)")
     ap.add_argument("--no-gemv-kernel", dest="gemv_kernel", action="store_false", help="cuBLAS at one row, not our GEMV")
+    ap.add_argument("--no-pdl", dest="pdl", action="store_false", help="our GEMVs launched plainly (no programmatic dependent launch)")
     args = ap.parse_args()
     if args.blas:
         torch.backends.cuda.preferred_blas_library(args.blas)
@@ -73,7 +74,7 @@ def main() -> None:
     from minisgl_edu.bench import make_decode_batch, release
     sizes = [int(b) for b in args.bs.split(",")]
     switches = {**({"fused_kernels": False} if args.plain else {}), **({"qk_kernel": False} if args.no_qk_kernel else {}),
-                **({"gemv_kernel": False} if not args.gemv_kernel else {}),
+                **({"gemv_kernel": False} if not args.gemv_kernel else {}), **({"pdl": False} if not args.pdl else {}),
                 **({"lean_step": False} if args.lean_off else {})}
     llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=max(sizes), cuda_graph_max_bs=max(sizes),
               max_total_tokens=max(sizes) * 1100 + 4096, **switches)  # only the switches given: "before" code lacks them

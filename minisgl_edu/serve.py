@@ -48,6 +48,8 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                     help="FlashInfer's q/k norm + RoPE kernels instead of our one-launch kernel")
     ap.add_argument("--no-gemv-kernel", dest="gemv_kernel", action="store_false",
                     help="cuBLAS for a one-row decode step's products instead of our GEMV")
+    ap.add_argument("--no-pdl", dest="pdl", action="store_false",
+                    help="launch our GEMVs plainly, not with programmatic dependent launch (weights loaded early)")
     ap.add_argument("--no-warm-start", dest="warm_start", action="store_false",
                     help="serve without first replaying every CUDA graph and running the LM head at every row count "
                          "(each one's first use then stalls a step by ms)")

@@ -315,8 +315,8 @@ def test_one_row_dispatch_on_the_cpu(monkeypatch):
     calls = []
     silu_mul = lambda gu: F.silu(gu[:, : gu.shape[1] // 2]) * gu[:, gu.shape[1] // 2:]
 
-    def fake_gemv(x, w, silu=False, config=None, residual=None, norm_weight=None, eps=0.0):
-        calls.append(("silu" if silu else "norm" if residual is not None else "plain", config))
+    def fake_gemv(x, w, silu=False, config=None, residual=None, norm_weight=None, eps=0.0, pdl=False):
+        calls.append(("silu" if silu else "norm" if residual is not None else "plain", config, pdl))
         if silu:
             return F.linear(silu_mul(x), w)
         if residual is None:
@@ -348,7 +348,11 @@ def test_one_row_dispatch_on_the_cpu(monkeypatch):
         torch.testing.assert_close(layers.silu_mul_down(gu, row), F.linear(silu_mul(gu), row.weight))
         torch.testing.assert_close(row(torch.randn(rows, 24, generator=g)).shape, torch.Size([rows, 16]))
         cfg = qk_kernel.GEMV_CONFIG
-        assert calls == ([("norm", cfg["column"]), ("silu", cfg["silu"])] if rows == 1 else []), calls
+        assert calls == ([("norm", cfg["column"], True), ("silu", cfg["silu"], True)] if rows == 1 else []), calls
+    calls.clear()
+    monkeypatch.setattr(layers.KERNELS, "pdl", False)  # the launch's twin: the same kernels, launched plainly
+    layers.norm_linear(x[:1], res[:1].clone(), norm, col), layers.silu_mul_down(gu[:1], row)
+    assert calls == [("norm", cfg["column"], False), ("silu", cfg["silu"], False)], calls
     calls.clear()
     monkeypatch.setattr(layers.KERNELS, "gemv", False)  # the naive twin: cuBLAS (here F.linear) for one row too
     layers.norm_linear(x[:1], res[:1].clone(), norm, col), layers.silu_mul_down(gu[:1], row)
@@ -359,6 +363,41 @@ def test_one_row_dispatch_on_the_cpu(monkeypatch):
     with pytest.raises(Exception):
         y, new_res = layers.norm_linear(x[:1], res[:1].clone(), norm, col)
         torch.testing.assert_close(new_res, x[:1] + res[:1])
+
+
+def test_programmatic_dependent_launch_on_the_cpu(monkeypatch):
+    """qk_kernel._launch with pdl=True hands the driver's cuLaunchKernelEx one launch attribute, programmatic stream
+    serialization, with the grid, block, shared bytes and stream of the plain cuLaunchKernel it replaces; pdl=False
+    keeps cuLaunchKernel. The ctypes structs have cuda.h's layout (CUlaunchAttribute 72 bytes, its value at 8;
+    CUlaunchConfig 56, hStream at 32): a driver reading a shifted struct would launch a different grid."""
+    import ctypes
+    from types import SimpleNamespace
+
+    from minisgl_edu.model import qk_kernel as kk
+    assert ctypes.sizeof(kk.LaunchAttribute) == 72 and kk.LaunchAttribute.value.offset == 8
+    assert ctypes.sizeof(kk.LaunchConfig) == 56 and (kk.LaunchConfig.stream.offset, kk.LaunchConfig.attrs.offset,
+                                                      kk.LaunchConfig.num_attrs.offset) == (32, 40, 48)
+    seen = []
+
+    class Driver:
+        def cuLaunchKernel(self, fn, bx, by, bz, tx, ty, tz, shared, stream, params, extra):
+            seen.append(("plain", (bx, by, bz), (tx, ty, tz), shared, stream.value))
+            return 0
+
+        def cuLaunchKernelEx(self, config_ref, fn, params, extra):
+            c = ctypes.cast(config_ref, ctypes.POINTER(kk.LaunchConfig)).contents
+            attrs = [(c.attrs[i].id, c.attrs[i].value) for i in range(c.num_attrs)]
+            seen.append(("pdl", tuple(c.grid), tuple(c.block), c.shared, c.stream, attrs))
+            return 0
+
+    monkeypatch.setattr(kk, "_kernel", lambda device, name: (Driver(), ctypes.c_void_p(1)))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=0x5000))
+    args = [ctypes.c_int(3)]
+    kk._launch("gemv_t128_r4_j1", torch.device("cpu"), 1024, 128, args)
+    kk._launch("gemv_t128_r4_j1", torch.device("cpu"), (7, 2), 256, args, shared=64, pdl=True)
+    assert seen == [("plain", (1024, 1, 1), (128, 1, 1), 0, 0x5000),
+                    ("pdl", (7, 2, 1), (256, 1, 1), 64, 0x5000, [(kk.LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 1)])]
+    assert kk.LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION == 6  # cuda.h: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
 
 def balanced_step_with_padding(seq_lens, size, kv_bytes_per_token):

@@ -50,6 +50,11 @@ __device__ __forceinline__ void gemv_one_row(const bf16* __restrict__ x, int k, 
     for (int r = 0; r < R; r++)
       if (c < chunks && row0 + r < n) wv[r][j] = ld16(w + (long long)(row0 + r) * k + c * 8);
   }
+  // Programmatic dependent launch (KERNELS.pdl): the weights depend on no kernel, so they are in flight while the
+  // kernel before this one drains; x (and res) are its output: wait for it here. The next kernel may launch now
+  // and load its own weights. Launched without the attribute (the plain twin), both instructions do nothing.
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   float a[J][8];  // this thread's slice of the input row, in float
 #pragma unroll
   for (int j = 0; j < J; j++) {

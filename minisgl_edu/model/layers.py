@@ -22,17 +22,18 @@ class Kernels:
     qk: bool = True  # under `fused`: our one-launch q/k norm + RoPE + K/V store (False: FlashInfer's kernels)
     moe: str | None = None  # "reference" | "grouped" (model/moe.py); None: reference on CPU, grouped on CUDA
     gemv: bool = True  # under `fused`: one row (a batch-1 decode step) through our GEMV (gemv.cu); False: cuBLAS
+    pdl: bool = True  # our GEMVs launched with programmatic dependent launch (weights loaded early); False: plain launches
 
 
 KERNELS = Kernels()
 _FUSED = False  # the flashinfer module once imported; None where it is absent (CPU machines)
 
 
-def use_kernels(fused: bool = True, qk: bool = True, moe: str | None = None, gemv: bool = True) -> None:
+def use_kernels(fused: bool = True, qk: bool = True, moe: str | None = None, gemv: bool = True, pdl: bool = True) -> None:
     """The one place the kernel switches are applied. One process, one setting: the engine built last decides."""
     if moe not in (None, "reference", "grouped"):
         raise ValueError(f"moe_impl must be 'reference' or 'grouped', got {moe!r}")
-    KERNELS.fused, KERNELS.qk, KERNELS.moe, KERNELS.gemv = fused, qk, moe, gemv
+    KERNELS.fused, KERNELS.qk, KERNELS.moe, KERNELS.gemv, KERNELS.pdl = fused, qk, moe, gemv, pdl
 
 
 def fused_kernels(x: torch.Tensor):
@@ -233,8 +234,8 @@ def one_row(x: torch.Tensor, w: torch.Tensor, kind: str, residual: torch.Tensor 
     if not KERNELS.gemv or x.shape[0] != 1 or (cfg := kk.GEMV_CONFIG.get(kind)) is None or fused_kernels(x) is None:
         return None
     if norm is None:
-        return kk.gemv(x, w, kind == "silu", cfg)
-    return kk.gemv(x, w, config=cfg, residual=residual, norm_weight=norm.weight, eps=norm.eps)
+        return kk.gemv(x, w, kind == "silu", cfg, pdl=KERNELS.pdl)
+    return kk.gemv(x, w, config=cfg, residual=residual, norm_weight=norm.weight, eps=norm.eps, pdl=KERNELS.pdl)
 
 
 def norm_linear(x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm, linear: ColumnParallelLinear):

@@ -51,13 +51,34 @@ def available(x: torch.Tensor, name: str = NAME) -> bool:
     return x.is_cuda and x.dtype == torch.bfloat16 and _kernel(x.device, name) is not None
 
 
+# Programmatic dependent launch (sm_90; chapter 7): a kernel launched with this attribute may start before the
+# kernel before it in the stream ends; it loads what depends on no kernel, then waits (griddepcontrol.wait).
+LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # cuda.h's CUlaunchAttributeID
+
+
+class LaunchAttribute(ctypes.Structure):  # cuda.h's CUlaunchAttribute: an id, padding, a 64-byte value union
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int), ("rest", ctypes.c_char * 60)]
+
+
+class LaunchConfig(ctypes.Structure):  # cuda.h's CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
+
+
 def _launch(name: str, device: torch.device, blocks: int | tuple[int, int], threads: int, args: list,
-            shared: int = 0) -> None:
+            shared: int = 0, pdl: bool = False) -> None:
+    """Launch a cubin's kernel on the current stream; pdl=True (only for kernels that griddepcontrol.wait before
+    reading what the kernel before them wrote): with programmatic stream serialization."""
     cuda, fn = _kernel(device, name)
     params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])  # void** kernelParams
     stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
     bx, by = blocks if isinstance(blocks, tuple) else (blocks, 1)
-    _check(cuda.cuLaunchKernel(fn, bx, by, 1, threads, 1, 1, shared, stream, params, None), "cuLaunchKernel")
+    if not pdl:
+        _check(cuda.cuLaunchKernel(fn, bx, by, 1, threads, 1, 1, shared, stream, params, None), "cuLaunchKernel")
+        return
+    attr = LaunchAttribute(id=LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
+    config = LaunchConfig((bx, by, 1), (threads, 1, 1), shared, stream, ctypes.pointer(attr), 1)
+    _check(cuda.cuLaunchKernelEx(ctypes.byref(config), fn, params, None), "cuLaunchKernelEx")
 
 
 def _ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
@@ -112,10 +133,12 @@ def _row(t: torch.Tensor, k: int, dtype) -> bool:
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor, silu: bool = False, config: tuple[int, int] | None = None,
-         residual: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0):
+         residual: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
+         pdl: bool = False):
     """x @ w.T for one row x and w [n, k] row-major, in one launch; None where the kernel does not apply (then:
     cuBLAS). silu: x = [gate | up], the product's input is silu(gate) * up. With a residual row: the input is
-    rmsnorm(x + residual) * norm_weight, and the result is (product, x + residual)."""
+    rmsnorm(x + residual) * norm_weight, and the result is (product, x + residual). pdl: launched so that its weight
+    loads overlap the end of the kernel before it (programmatic dependent launch; gemv.cu waits before reading x)."""
     k = x.shape[1] // 2 if silu else x.shape[1]
     kind = "silu_" if silu else "norm_" if residual is not None else ""
     threads, rows = config or GEMV_CONFIG["silu" if silu else "column" if residual is not None else "row"] or (128, 4)
@@ -129,10 +152,11 @@ def gemv(x: torch.Tensor, w: torch.Tensor, silu: bool = False, config: tuple[int
     out = torch.empty(1, n, dtype=x.dtype, device=x.device)
     args = [_ptr(x), ctypes.c_int(k), _ptr(w), ctypes.c_int(n), _ptr(out)]
     if residual is None:
-        _launch(name, x.device, -(-n // rows), threads, args)
+        _launch(name, x.device, -(-n // rows), threads, args, pdl=pdl)
         return out
     res_out = torch.empty_like(residual)
-    _launch(name, x.device, -(-n // rows), threads, args + [_ptr(residual), _ptr(norm_weight), ctypes.c_float(eps), _ptr(res_out)])
+    _launch(name, x.device, -(-n // rows), threads, args + [_ptr(residual), _ptr(norm_weight), ctypes.c_float(eps), _ptr(res_out)],
+            pdl=pdl)
     return out, res_out
 
 

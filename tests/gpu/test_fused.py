@@ -153,7 +153,7 @@ def run_logits(path: str, dtype, prompts, attention=None) -> torch.Tensor:
     k = layers.KERNELS  # the switches set around the call (Switch), handed on: the Engine applies its config's
     eng = Engine(EngineConfig(model_path=path, device="cuda", dtype=dtype, dummy_weights=True, max_running_reqs=8,
                               max_total_tokens=8192, cuda_graph_max_bs=0, attention=attention, fused_kernels=k.fused,
-                              qk_kernel=k.qk, gemv_kernel=k.gemv))
+                              qk_kernel=k.qk, gemv_kernel=k.gemv, pdl=k.pdl))
     for name, p in eng.model.named_parameters():  # dummy norms are all ones: give them a shape to get wrong
         if name.endswith("norm.weight"):
             p.data.copy_(1 + 0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
@@ -265,3 +265,33 @@ def test_gemv_in_the_model_matches_plain(tmp_path):
     report(check="gemv_model", decode_rel=rel(dec_on, dec_off), prefill_rel=rel(on[:-1], off[:-1]))
     assert rel(on[:-1], off[:-1]) < 1e-3  # the prefill (> 1 row) never takes it: the same kernels both times
     assert 0 < rel(dec_on, dec_off) < 3e-2  # 0 would mean our kernel never ran
+
+
+def test_pdl_changes_when_not_what(tmp_path):
+    """Programmatic dependent launch (KERNELS.pdl) changes when our GEMVs start, not what they compute: with it on,
+    a one-row decode step's logits are bit for bit those of plain launches (eager), and greedy tokens through the
+    batch-1 decode graph are the same. A GEMV that read its input before griddepcontrol.wait would race the kernel
+    before it and fail the first or the second."""
+    if not gemv_ready():
+        pytest.skip("no gemv cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
+    from minisgl_edu import LLM, SamplingParams
+    path = small_config(tmp_path, "qwen3-0.6b", 4)
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, 10000, (n,), generator=g).tolist() for n in (300, 40)]
+    saved = layers.KERNELS.gemv, layers.KERNELS.pdl
+    runs, tokens = {}, {}
+    with Switch(True):
+        try:
+            for pdl in (True, False):
+                layers.KERNELS.gemv, layers.KERNELS.pdl = True, pdl
+                runs[pdl] = run_logits(path, BF16, prompts[:1])
+                llm = LLM(path, device="cuda", dummy_weights=True, cuda_graph_max_bs=4, max_total_tokens=8192, pdl=pdl)
+                assert llm.engine.graphs is not None
+                tokens[pdl] = [llm.generate([p], SamplingParams(max_tokens=48, ignore_eos=True), use_tqdm=False)[0]["token_ids"]
+                               for p in prompts]  # one request at a time: every decode step is the one-row graph
+                del llm
+        finally:
+            layers.KERNELS.gemv, layers.KERNELS.pdl = saved
+    report(check="pdl_same", logits_equal=bool(torch.equal(runs[True], runs[False])), tokens_equal=tokens[True] == tokens[False])
+    assert torch.equal(runs[True], runs[False])
+    assert tokens[True] == tokens[False] and all(len(t) == 48 for t in tokens[True])
