@@ -1,7 +1,7 @@
 """Issue 16: the GPU kernels of one decode step at batch 1 (Qwen3-0.6B architecture, dummy weights, bf16).
 
     python benchmarks/profile_decode.py TAG [--plain] [--no-qk-kernel] [--lean-off] [--small-m] [--blas cublaslt] [--bs 1,64]
-                                           [--json OUT.jsonl]
+                                           [--json OUT.jsonl] [--timeline SPANS.jsonl] [--no-pdl]
 
 Profiles one eager step (engine.forward without graphs) and one CUDA-graph replay with torch.profiler,
 prints every distinct kernel with its count per step and mean time, the kernels of one decoder layer in
@@ -9,7 +9,8 @@ launch order (cut out of the replay between two launches of the attention kernel
 (graph and eager) and the replay alone. --plain: fused kernels off (fused_kernels=False);
 --no-qk-kernel: FlashInfer's kernels for q/k norm, RoPE and the K/V copy instead of our one-launch kernel;
 --lean-off: the plain step (lean_step=False); --small-m: our kernels for <= 8 rows (o_proj; SiLU-and-mul +
-down GEMM in one launch); --blas cublaslt: the GEMMs through cuBLASLt (set before capture).
+down GEMM in one launch); --blas cublaslt: the GEMMs through cuBLASLt (set before capture); --no-pdl: our GEMVs
+launched plainly; --timeline: each replay's kernels with their start and end (chapter 7's PDL figure).
 """
 from __future__ import annotations
 
@@ -25,15 +26,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 QWEN = str(ROOT / "benchmarks" / "configs" / "qwen3-0.6b")
 
 
-def kernels(fn) -> list[tuple[str, float]]:
-    """(name, µs) of every GPU operation `fn` ran, in start order."""
+def spans(fn) -> list[tuple[str, float, float]]:
+    """(name, start µs, end µs) of every GPU operation `fn` ran, in start order, from the first one's start."""
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
     evs = sorted((e for e in prof.events() if e.device_type.name == "CUDA"), key=lambda e: e.time_range.start)
-    return [(e.name, e.time_range.elapsed_us()) for e in evs]
+    t0 = evs[0].time_range.start if evs else 0
+    return [(e.name, e.time_range.start - t0, e.time_range.end - t0) for e in evs]
+
+
+def kernels(fn) -> list[tuple[str, float]]:
+    """(name, µs) of every GPU operation `fn` ran, in start order."""
+    return [(n, end - start) for n, start, end in spans(fn)]
 
 
 def short(name: str, width: int = 90) -> str:
@@ -62,6 +69,7 @@ def main() -> None:
     ap.add_argument("--plain", action="store_true")
     ap.add_argument("--no-qk-kernel", action="store_true")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--timeline", default=None, help="append each batch's graph replay as kernel spans (JSON lines)")
     ap.add_argument("--bs", default="1", help="batch sizes, comma-separated")
     ap.add_argument("--blas", default=None, help="torch.backends.cuda.preferred_blas_library before capture (cublaslt)")
     ap.add_argument("--lean-off", action="store_true", help="lean_step=False (the plain step's host work)")
@@ -84,6 +92,11 @@ def main() -> None:
     for bs in sizes:
         batch = make_decode_batch(eng, bs, 1024, seed=1)
         rows.append(profile_batch(args.tag, eng, batch, nl))
+        if args.timeline:  # start and end of every kernel of one replay: does the next start before the last ends?
+            g = eng.graphs.graphs[eng.graphs.padded_size(batch.size)]
+            eng.forward(batch)  # plan the graph's wrapper for this batch first
+            with open(args.timeline, "a") as f:
+                f.write(json.dumps(dict(tag=args.tag, bs=bs, layers=nl, spans=spans(g.replay))) + "\n")
         release(eng, batch)
     if args.json:
         with open(args.json, "a") as f:  # one line per profiled variant and batch size
