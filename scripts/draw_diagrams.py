@@ -12,7 +12,8 @@ Two kinds of figure, neither drawn by hand:
 * from the committed H200 measurements: chapter 7's P1 breakdown, drawn from `benchmarks/results.json`'s rows of
   one `bench_gpu.py p1b nobal` run (each decode step against its own floor, by batch size), and the decode kernels'
   read rate around one wave of the grid (`benchmarks/issue16/s29/`, an H100), and P1 with kernels skipped
-  (`bench_gpu.py p1 p1b free`, session 32, an H100); chapter 9's inter-token
+  (`bench_gpu.py p1 p1b free`, session 32 on an H100 and session 33 on an H200), and one layer of the batch-1 graph
+  kernel by kernel, with and without programmatic dependent launch (`profile_decode.py --timeline`); chapter 9's inter-token
   gaps of one served trace, by the kind of step around them (`benchmarks/issue18/h200-s11/tail_qwen3-0.6b.json`), and
   what a mixed step costs by prompt length beside the served tail with two mixed budgets (`benchmarks/issue18/h200-s13/`),
   and the bench client's own share of a measured tail (`benchmarks/issue18/h200-s14/`).
@@ -433,7 +434,7 @@ def draw_decode_wave(path: Path, src: Path = WAVE) -> None:
     plt.close(fig)
 
 
-FREE_COMMIT = "e4f449f"  # bench_gpu.py p1 p1b free, session 32
+FREE_COMMITS = ("e4f449f", "5e7239a")  # bench_gpu.py p1 p1b free: session 32 (an H100), session 33 (an H200)
 FREE_TAGS = {"": ("the engine as it is", "#4c72b0"), "_free_small": ("small kernels skipped", "#dd8452"),
              "_free_products": ("products skipped", "#55a868"), "_free_both": ("both skipped", "#bbbbbb")}
 
@@ -442,11 +443,9 @@ def free_bounds(commit: str) -> tuple[str, dict[str, float], dict[str, list[tupl
     """(hardware, {tag: P1's share of the floor}, {tag: [(batch-size bin, decode GPU / floor), ...]}) from
     results.json's rows of one `bench_gpu.py p1 p1b free` run at `commit`."""
     import re
-    rows = rows_of(commit)
+    rows = [r for r in rows_of(commit) if "free" in r["command"].split()]
     p1, bins = {}, {}
     for r in rows:
-        if "free" not in r["command"].split():
-            continue
         if m := re.fullmatch(r"p1(_free_\w+?)?_offline_throughput", r["metric"]):
             p1[m.group(1) or ""] = r["ratio"]
         if m := re.fullmatch(r"p1b(_free_\w+?)?_decode_bs(\d+)_(\d+)", r["metric"]):
@@ -454,27 +453,69 @@ def free_bounds(commit: str) -> tuple[str, dict[str, float], dict[str, list[tupl
     return rows[0]["hardware"], p1, bins
 
 
-def draw_free_bounds(path: Path, commit: str = FREE_COMMIT) -> None:
+def draw_free_bounds(path: Path, commits: tuple[str, ...] = FREE_COMMITS) -> None:
     """Chapter 7: P1's decode steps against their floors by batch size with the small kernels, the products or both
-    skipped (bounds on what fusing them could save), P1's share of the floor in the legend."""
+    skipped (bounds on what fusing them could save), P1's share of the floor in the legend; one panel a GPU."""
     import matplotlib.pyplot as plt
     import numpy as np
 
-    hw, p1, bins = free_bounds(commit)
-    labels = [b for b, _ in bins[""]]
-    x, w = np.arange(len(labels)), 0.2
-    fig, ax = plt.subplots(figsize=(8.5, 3.4))
-    for i, (tag, (label, color)) in enumerate(FREE_TAGS.items()):
-        ax.bar(x + (i - 1.5) * w, [v for _, v in bins[tag]], w, color=color, label=f"{label}: P1 {p1[tag]:.2f} of its floor")
-    ax.axhline(1.0, color="black", lw=0.8)
-    ax.set_xticks(x, labels)
-    ax.set_xlabel("requests in the decode step")
-    ax.set_ylabel("GPU time / memory floor")
-    ax.set_title(f"P1's decode steps with kernels skipped ({hw.replace('NVIDIA ', '')}, Qwen3-0.6B, commit {commit}; "
-                 "bench_gpu.py free)", fontsize=9)
-    ax.legend(fontsize=8, frameon=False)
+    fig, axes = plt.subplots(1, len(commits), figsize=(11, 3.6), sharey=True)
+    for ax, commit in zip(np.atleast_1d(axes), commits):
+        hw, p1, bins = free_bounds(commit)
+        labels = [b for b, _ in bins[""]]
+        x, w = np.arange(len(labels)), 0.2
+        for i, (tag, (label, color)) in enumerate(FREE_TAGS.items()):
+            ax.bar(x + (i - 1.5) * w, [v for _, v in bins[tag]], w, color=color, label=f"{label}: P1 {p1[tag]:.2f}")
+        ax.axhline(1.0, color="black", lw=0.8)
+        ax.set_xticks(x, labels)
+        ax.set_xlabel("requests in the decode step")
+        ax.set_title(f"{hw.replace('NVIDIA ', '')}, commit {commit}", fontsize=9)
+        ax.legend(fontsize=7.5, frameon=False, title="P1's share of its floor", title_fontsize=7.5)
+    np.atleast_1d(axes)[0].set_ylabel("GPU time / memory floor")
+    fig.suptitle("P1's decode steps with kernels skipped (Qwen3-0.6B, dummy weights; bench_gpu.py p1 p1b free)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+PDL_TIMELINE = ROOT / "benchmarks" / "issue16" / "s33" / "pdl_timeline_h100_58a0cd6.jsonl"  # profile_decode.py --timeline
+PDL_NAMES = [("BatchDecode", "attention", "#bbbbbb"), ("MergeStates", "merge", "#bbbbbb"), ("nvjet", "o_proj (cuBLAS)", "#8c8c8c"),
+             ("norm_gemv", "norm + product", "#4c72b0"), ("silu_gemv", "SiLU·mul + down", "#4c72b0"),
+             ("qk_norm_rope", "q/k", "#dd8452")]
+
+
+def draw_pdl_timeline(path: Path, src: Path = PDL_TIMELINE, layer: int = 14) -> None:
+    """Chapter 7: one decoder layer of the batch-1 graph replay, every kernel from its start to its end, with our
+    GEMVs launched plainly and with programmatic dependent launch (profile_decode.py --timeline, first run of each)."""
+    import matplotlib.pyplot as plt
+
+    runs = {}
+    for line in src.read_text().splitlines():
+        r = json.loads(line)
+        runs.setdefault(r["tag"], r)  # the first run of each
+    fig, ax = plt.subplots(figsize=(9, 3.1))
+    rows = [("nopdl", "plain launches"), ("pdl", "programmatic\ndependent launch")]
+    for y, (tag, label) in enumerate(rows):
+        spans = runs[tag]["spans"]
+        att = [i for i, s in enumerate(spans) if "BatchDecode" in s[0]]
+        t0 = spans[att[layer]][1]
+        for k, (name, a, b) in enumerate(spans[att[layer]:att[layer + 1] + 1]):
+            short, color = next(((s, c) for key, s, c in PDL_NAMES if key in name), (name[:12], "#cccccc"))
+            yy = y + (0.18 if k % 2 else -0.18)  # alternate heights: an overlap shows as two bars side by side in time
+            ax.barh(yy, b - a, left=a - t0, height=0.32, color=color, edgecolor="black", lw=0.5)
+            if k < att[layer + 1] - att[layer]:
+                ax.text((a + b) / 2 - t0, yy, short, ha="center", va="center", fontsize=6.5, color="white" if color != "#bbbbbb" else "black")
+        end = spans[att[layer + 1]][1] - t0
+        ax.axvline(end, ymin=(y + 0.05) / 2, ymax=(y + 0.95) / 2, color="crimson", lw=1.2)
+        ax.text(end + 0.3, y + 0.36, f"next layer at {end:.1f} µs", fontsize=7, color="crimson")
+    ax.set_yticks(range(len(rows)), [label for _, label in rows], fontsize=8)
+    ax.set_ylim(-0.6, len(rows) - 0.4)
+    ax.set_xlabel("µs from the layer's attention kernel")
+    hw = runs["pdl"].get("hardware", "").replace("NVIDIA ", "")
+    ax.set_title(f"One layer of the batch-1 decode graph, kernel by kernel\n({hw}, Qwen3-0.6B, commit "
+                 f"{runs['pdl'].get('commit', '')}, profile_decode.py --timeline)", fontsize=8.5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
@@ -493,6 +534,7 @@ def main(argv: list[str]) -> int:
     draw_p1_breakdown(OUT / "07-p1-breakdown.png")
     draw_decode_wave(OUT / "07-decode-wave.png")
     draw_free_bounds(OUT / "07-free-bounds.png")
+    draw_pdl_timeline(OUT / "07-pdl-timeline.png")
     draw_itl_tail(OUT / "09-itl-tail.png")
     draw_mixed_budget(OUT / "09-mixed-budget.png")
     draw_client_share(OUT / "09-client-share.png")
