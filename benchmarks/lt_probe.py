@@ -1,6 +1,6 @@
 """Issue 16, sessions 29-31: four questions about a decode layer's time on the H200, asked before building anything.
 
-    python benchmarks/lt_probe.py [--gemm] [--attn] [--xqa] [--l2] [--json OUT]
+    python benchmarks/lt_probe.py [--gemm] [--attn] [--xqa] [--l2] [--skinny] [--json OUT]
 
 1. `--gemm`: the four products of a Qwen3-0.6B decoder layer at decode batch sizes take ~6 µs each through
    cuBLAS's own choice (session 18: 23.6 µs + a 2.1 µs split-K reduce a layer at 128 rows for 31 MB of weights, ~1.2
@@ -23,6 +23,12 @@
    weights cold, hot (one layer's weights, which the L2 holds), and cold with the next products' weights read into
    the L2 on a second stream meanwhile (a sum, or benchmarks/kernels/l2_prefetch.cu's prefetch, plain or evict_last),
    with and without an attention stand-in reading K/V between them.
+5. `--skinny` (session 34): the products at 16-128 rows take ~5-6 µs each where their weights alone take 1-3 µs at the
+   copy rate. benchmarks/kernels/skinny_gemm.cu puts every weight byte of a slice in flight before it waits on the
+   kernel before it (programmatic dependent launch), then multiplies on the tensor cores (mma.m16n8k16) with x's
+   slice in shared memory, split-K across blocks with a deterministic last-block sum. Checks it against a float
+   product, times every built (slice, warps) configuration with PDL on and off beside torch's product over 28
+   layers' separate weights in a CUDA graph, then the four products of a layer in a row, as a layer runs them.
 """
 from __future__ import annotations
 
@@ -435,12 +441,117 @@ def l2_probe(sizes, layers=28, ctx=1024):
     return rows
 
 
+SKINNY_MT = (1, 2, 4, 6, 8)  # 16-row tiles skinny_gemm.cu is built for (m <= 128)
+
+
+def skinny_configs(n: int, k: int):
+    """(J, warps) of skinny_gemm.cu that tile [n, k]: K slices of 32 J, 8 warps features a block."""
+    return [(j, w) for j in (4, 8, 16) for w in (4, 8) if k % (32 * j) == 0 and n % (8 * w) == 0]
+
+
+class Skinny:
+    """skinny_gemm.cu's kernels through the library's cubin launcher, with their workspace and tickets."""
+
+    def __init__(self, dev):
+        from minisgl_edu.model import qk_kernel
+        self.qk, self.dev = qk_kernel, dev
+        self.ws = torch.empty(32 * 128 * 6144, device=dev, dtype=torch.float32)
+        self.tickets = torch.zeros(4096, device=dev, dtype=torch.int32)
+        self.ready = set()
+
+    def name(self, m: int, j: int, w: int) -> str:
+        mt = next(v for v in SKINNY_MT if 16 * v >= m)
+        name = f"skinny_m{mt}_j{j}_w{w}"
+        self.qk.CUBINS[name] = "skinny_gemm.cubin"  # built by scripts/build_fi_extra_kernels.sh
+        return name
+
+    def available(self) -> bool:
+        return self.qk._kernel(self.dev, self.name(16, 4, 4)) is not None
+
+    def mm(self, x, w_, out, j: int, warps: int, pdl: bool):
+        m, k = x.shape
+        n = w_.shape[0]
+        name = self.name(m, j, warps)
+        mt = next(v for v in SKINNY_MT if 16 * v >= m)
+        shared = 16 * mt * (32 * j + 32) * 2
+        if name not in self.ready:
+            cuda, fn = self.qk._kernel(self.dev, name)
+            ok(cuda.cuFuncSetAttribute(fn, 8, shared), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES
+            self.ready.add(name)
+        slices = k // (32 * j)
+        assert slices * m * n <= self.ws.numel() and m <= 16 * SKINNY_MT[-1]
+        p = self.qk._ptr
+        self.qk._launch(name, self.dev, (n // (8 * warps), slices), 32 * warps,
+                        [p(x), ctypes.c_int(m), p(w_), ctypes.c_int(n), ctypes.c_int(k), p(out), p(self.ws),
+                         p(self.tickets)], shared=shared, pdl=pdl)
+
+
+def skinny_probe(sizes, layers=28):
+    dev = torch.device("cuda")
+    sk = Skinny(dev)
+    if not sk.available():
+        print("skinny: no skinny_gemm.cubin (scripts/build_fi_extra_kernels.sh)", flush=True)
+        return []
+    gen = torch.Generator(device=dev).manual_seed(0)
+    w = {name: [torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.03 for _ in range(layers)]
+         for name, (n, k) in SHAPES.items()}
+    rows = []
+    for m in sizes:
+        best = {}
+        for name, (n, k) in SHAPES.items():
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16, generator=gen)
+            out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+            ref = x.float() @ w[name][0].float().T
+            torch.mm(x, w[name][0].T, out=out)
+            err_torch = float((out.float() - ref).norm() / ref.norm())
+            t_torch = graph_time(lambda i: torch.mm(x, w[name][i].T, out=out), layers)
+            res = []
+            for j, warps in skinny_configs(n, k):
+                out.fill_(float("nan"))
+                sk.mm(x, w[name][0], out, j, warps, pdl=False)
+                first = out.clone()
+                sk.mm(x, w[name][0], out, j, warps, pdl=True)
+                torch.cuda.synchronize()
+                err = float((out.float() - ref).norm() / ref.norm())
+                same = bool(torch.equal(first, out))
+                t = {pdl: graph_time(lambda i: sk.mm(x, w[name][i], out, j, warps, pdl), layers) for pdl in (False, True)}
+                res.append(dict(j=j, warps=warps, err=err, repeat_equal=same, us=t[False], us_pdl=t[True]))
+            good = [r for r in res if r["err"] < 2e-2 and r["repeat_equal"]]
+            b = min(good, key=lambda r: r["us_pdl"]) if good else None
+            best[name] = b
+            rows.append(dict(gemm=name, m=m, n=n, k=k, torch_us=t_torch, torch_err=err_torch, configs=res, best=b))
+            cfg = " | ".join(f"j{r['j']}w{r['warps']} {r['us']:5.2f}/{r['us_pdl']:5.2f}"
+                             + ("" if r["err"] < 2e-2 and r["repeat_equal"] else f" BAD(err {r['err']:.1e}, rep {r['repeat_equal']})")
+                             for r in res)
+            print(f"skinny {name:>8} m={m:>4}: torch {t_torch:6.2f} µs (err {err_torch:.1e}), weights at 4.2 TB/s "
+                  f"{n * k * 2 / 4.2e6:5.2f} | ours plain/pdl: {cfg}", flush=True)
+        if all(best.values()):  # the four in a row, as a layer runs them (each its own input: only the order matters)
+            xs = {name: torch.randn(m, k, device=dev, dtype=torch.bfloat16) for name, (n, k) in SHAPES.items()}
+            ys = {name: torch.empty(m, n, device=dev, dtype=torch.bfloat16) for name, (n, k) in SHAPES.items()}
+
+            def layer(i, how):
+                for name in SHAPES:
+                    if how == "torch":
+                        torch.mm(xs[name], w[name][i].T, out=ys[name])
+                    else:
+                        sk.mm(xs[name], w[name][i], ys[name], best[name]["j"], best[name]["warps"], how == "pdl")
+            t = {how: graph_time(lambda i, how=how: layer(i, how), layers) for how in ("torch", "plain", "pdl")}
+            floor = sum(n * k for n, k in SHAPES.values()) * 2 / 4.2e6
+            rows.append(dict(gemm="layer", m=m, **{f"{h}_us": v for h, v in t.items()}, floor_us=floor,
+                             best={nm: (b["j"], b["warps"]) for nm, b in best.items()}))
+            print(f"skinny layer m={m:>4}: torch {t['torch']:6.2f} µs | ours plain {t['plain']:6.2f} | ours pdl "
+                  f"{t['pdl']:6.2f} | weights at 4.2 TB/s {floor:5.2f}", flush=True)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gemm", action="store_true")
     ap.add_argument("--attn", action="store_true")
     ap.add_argument("--xqa", action="store_true")
     ap.add_argument("--l2", action="store_true")
+    ap.add_argument("--skinny", action="store_true")
+    ap.add_argument("--sm", default="16,32,48,64,96,128")
     ap.add_argument("--xbs", default="1,8,32,64,128,144,160,192,256")
     ap.add_argument("--m", default="1,8,32,64,96,128,160,192,256")
     ap.add_argument("--bs", default="64,96,128,144,160,176,192,208,224,256")
@@ -456,6 +567,8 @@ def main():
         out["xqa"] = xqa_probe([int(v) for v in args.xbs.split(",")])
     if args.l2:
         out["l2"] = l2_probe([int(v) for v in args.m.split(",")])
+    if args.skinny:
+        out["skinny"] = skinny_probe([int(v) for v in args.sm.split(",")])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -1,0 +1,121 @@
+// Issue 16, session 34: a probe (benchmarks/lt_probe.py --skinny), not the library. y = x W^T for 16-128 rows,
+// x [m, k] and W [n, k] both row-major (k contiguous), bf16 in, float accumulation, bf16 out.
+// At 17-128 rows cuBLAS takes ~5-6 µs for each of a decoder layer's products, whose weights alone take 1-3 µs at
+// the copy rate (o_proj at 64 rows: 5.9 µs for 4.2 MB). The question: does a kernel that puts every weight byte in
+// flight at once, before it waits on the kernel before it (programmatic dependent launch), get closer?
+// Layout: a block owns F = 8 * WARPS output features and one K slice of J chunks of 32; each warp owns 8 features.
+// A warp loads all its weights for the slice first (J 16-byte loads a lane), then waits, then copies x's slice for
+// all m rows into shared memory (cp.async), and runs mma.m16n8k16 with x's rows as the 16-row A operand and its 8
+// features as B. Lane (g = lane / 4, t = lane % 4) loads k = 8t..8t+7 of a row in one 16-byte load; the mma's
+// k order is a permutation of that (its k = 2t, 2t+1, 2t+8, 2t+9 take our 8t..8t+3, then 8t+4..8t+7 the second
+// mma), the same for A and B, so the dot products are unchanged. With S = k / (32 J) > 1 slices, each block writes
+// float partials, and the last block of a feature tile to take a ticket sums them in slice order (deterministic)
+// and writes y; it sets its ticket back to 0 for the next launch (a CUDA graph replays it as is).
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+typedef __nv_bfloat16 bf16;
+
+__device__ __forceinline__ uint4 ldg16(const bf16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+__device__ __forceinline__ void mma16816(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void cp_async16(bf16* smem, const bf16* gmem) {
+  const uint32_t s = (uint32_t)__cvta_generic_to_shared(smem);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+}
+
+template <int MT, int J, int WARPS>
+__device__ __forceinline__ void skinny(const bf16* __restrict__ x, int m, const bf16* __restrict__ w, int n, int k,
+                                       bf16* __restrict__ out, float* __restrict__ ws, unsigned* __restrict__ tickets) {
+  constexpr int F = 8 * WARPS;  // features a block
+  constexpr int KS = 32 * J;    // the block's K slice
+  constexpr int ROW = KS + 32;  // shared row stride (+64 bytes: rows g and g + 1 of one phase in different banks)
+  constexpr int T = 32 * WARPS;
+  extern __shared__ __align__(16) bf16 xs[];  // [16 MT][ROW]
+  __shared__ unsigned last;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int S = gridDim.y, s = blockIdx.y;
+  const int f0 = blockIdx.x * F + warp * 8, k0 = s * KS;
+  uint4 wv[J];
+  const bf16* wrow = w + (long long)(f0 + g) * k + k0 + t * 8;
+#pragma unroll
+  for (int j = 0; j < J; j++) wv[j] = ldg16(wrow + j * 32);  // every weight byte of the slice in flight
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+  asm volatile("griddepcontrol.wait;" ::: "memory");  // x is the kernel before's output
+  constexpr int CPR = KS / 8;  // 16-byte copies a row
+  for (int c = tid; c < m * CPR; c += T) {
+    const int r = c / CPR, q = c - r * CPR;
+    cp_async16(xs + r * ROW + q * 8, x + (long long)r * k + k0 + q * 8);
+  }
+  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+  __syncthreads();
+  float acc[MT][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+#pragma unroll
+  for (int j = 0; j < J; j++) {
+    const uint32_t* b = reinterpret_cast<const uint32_t*>(&wv[j]);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {  // rows >= m hold stale bytes: they only reach their own (unwritten) rows
+      const uint4 xa = *reinterpret_cast<const uint4*>(xs + (mt * 16 + g) * ROW + j * 32 + t * 8);
+      const uint4 xb = *reinterpret_cast<const uint4*>(xs + (mt * 16 + g + 8) * ROW + j * 32 + t * 8);
+      mma16816(acc[mt], xa.x, xb.x, xa.y, xb.y, b[0], b[1]);
+      mma16816(acc[mt], xa.z, xb.z, xa.w, xb.w, b[2], b[3]);
+    }
+  }
+  const int fa = f0 + 2 * t;  // this lane's two features; acc[mt][0..1] row 16 mt + g, [2..3] row 16 mt + g + 8
+  if (S == 1) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int r = mt * 16 + g + 8 * h;
+        if (r < m)
+          *reinterpret_cast<__nv_bfloat162*>(out + (long long)r * n + fa) =
+              __floats2bfloat162_rn(acc[mt][2 * h], acc[mt][2 * h + 1]);
+      }
+    return;
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const int r = mt * 16 + g + 8 * h;
+      if (r < m)
+        *reinterpret_cast<float2*>(ws + ((long long)s * m + r) * n + fa) = make_float2(acc[mt][2 * h], acc[mt][2 * h + 1]);
+    }
+  __threadfence();  // the partials are visible before the ticket says so
+  __syncthreads();
+  if (tid == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == (unsigned)S - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  for (int c = tid; c < m * (F / 2); c += T) {
+    const int r = c / (F / 2), f = blockIdx.x * F + (c - r * (F / 2)) * 2;
+    float2 sum = make_float2(0.f, 0.f);
+    for (int q = 0; q < S; q++) {  // slice order: the same sum every launch
+      const float2 v = __ldcg(reinterpret_cast<const float2*>(ws + ((long long)q * m + r) * n + f));
+      sum.x += v.x;
+      sum.y += v.y;
+    }
+    *reinterpret_cast<__nv_bfloat162*>(out + (long long)r * n + f) = __floats2bfloat162_rn(sum.x, sum.y);
+  }
+  if (tid == 0) tickets[blockIdx.x] = 0;
+}
+
+#define SKINNY(MT, J, W)                                                                                          \
+  extern "C" __global__ void __launch_bounds__(32 * W) skinny_m##MT##_j##J##_w##W(                               \
+      const bf16* __restrict__ x, int m, const bf16* __restrict__ w, int n, int k, bf16* __restrict__ out,        \
+      float* __restrict__ ws, unsigned* __restrict__ tickets) {                                                   \
+    skinny<MT, J, W>(x, m, w, n, k, out, ws, tickets);                                                           \
+  }
+#define SKINNY_J(MT, W) SKINNY(MT, 4, W) SKINNY(MT, 8, W) SKINNY(MT, 16, W)
+#define SKINNY_W(MT) SKINNY_J(MT, 4) SKINNY_J(MT, 8)
+SKINNY_W(1) SKINNY_W(2) SKINNY_W(4) SKINNY_W(6) SKINNY_W(8)
