@@ -317,22 +317,27 @@ def overlap_workload():
     return [[rnd.randint(0, 10000) for _ in range(512)] for _ in range(64)], SamplingParams(max_tokens=512, ignore_eos=True)
 
 
-def tokens_parity(llm: LLM):
-    """The 64-request overlap workload (P4's) with the fused kernels on, then on a fresh engine with them
-    off (`fused_kernels=False`): how many requests' greedy tokens are identical, and where they part."""
+def tokens_parity():
+    """The 64-request overlap workload (P4's) on an engine with the fused kernels on, then on a fresh one with
+    them off (`fused_kernels=False`): how many requests' greedy tokens are identical, and where they part. It runs
+    before the suite's big engine exists, one small engine at a time, so it fits an 80 GB card (beside the big
+    engine's pool it ran out of memory on the H100 in session 33)."""
+    import gc
     from minisgl_edu.model import layers
     print("\nTokens: fused kernels on vs off, P4's 64-request workload, greedy, overlap on", flush=True)
     prompts, params = overlap_workload()
-    fresh_scheduler(llm, overlap=True)
-    on = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
-    try:  # off: plain PyTorch ops (the engine below captures its graphs with them)
-        off_llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=64, cuda_graph_max_bs=64,
-                      max_total_tokens=70_000, fused_kernels=False,
-                      warm_start=False)  # no LM head at every row count: beside the first engine's pool an 80 GB card has ~11 GB
-        off = [o["token_ids"] for o in off_llm.generate(prompts, params, use_tqdm=False)]
-        del off_llm
+    runs = {}
+    try:
+        for fused in (True, False):  # off: plain PyTorch ops (its graphs are captured with them)
+            llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=64, cuda_graph_max_bs=64,
+                      max_total_tokens=70_000, fused_kernels=fused, warm_start=False)
+            runs[fused] = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+            del llm
+            gc.collect()
+            torch.cuda.empty_cache()
     finally:
         layers.use_kernels(fused=True)  # the switch is per process: back on for what runs after
+    on, off = runs[True], runs[False]
     same = sum(a == b for a, b in zip(on, off))
     first = [next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), len(a)) for a, b in zip(on, off)]
     record("tokens_fused_eq_plain_requests", same, "of 64", same / 64,
@@ -854,6 +859,14 @@ def main() -> None:
         finally:
             write_results()
         return
+    if "tokens" in args.parts:  # first, with engines of its own (see its docstring)
+        try:
+            tokens_parity()
+        finally:
+            if set(args.parts) == {"tokens"}:
+                write_results()
+        if set(args.parts) == {"tokens"}:
+            return
     llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=256, cuda_graph_max_bs=256)
     print(f"weights {weight_bytes(llm.engine.model) / 1e9:.3f} GB, KV {kv_bytes_per_token(llm.engine)} B/token, "
           f"pool {llm.engine.pool.num_pages * llm.engine.pool.page_size} tokens", flush=True)
@@ -868,8 +881,6 @@ def main() -> None:
             p4(llm)
         if "pf" in args.parts:
             pf(llm)
-        if "tokens" in args.parts:
-            tokens_parity(llm)
         if "lean" in args.parts:
             lean(llm, bw)
         if "gemm" in args.parts:
