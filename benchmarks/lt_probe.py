@@ -27,7 +27,7 @@
    copy rate. benchmarks/kernels/skinny_gemm.cu puts every weight byte of a slice in flight before it waits on the
    kernel before it (programmatic dependent launch), then multiplies on the tensor cores (mma.m16n8k16) with x's
    slice in shared memory, split-K across blocks with a deterministic last-block sum. Checks it against a float
-   product, times every built (slice, warps) configuration with PDL on and off beside torch's product over 28
+   product, times every built (feature groups a warp, slice, warps) configuration with PDL on and off beside torch's product over 28
    layers' separate weights in a CUDA graph, then the four products of a layer in a row, as a layer runs them.
 """
 from __future__ import annotations
@@ -444,9 +444,12 @@ def l2_probe(sizes, layers=28, ctx=1024):
 SKINNY_MT = (1, 2, 4, 6, 8)  # 16-row tiles skinny_gemm.cu is built for (m <= 128)
 
 
+SKINNY_NJ = ((1, 4), (1, 8), (1, 16), (2, 4), (2, 8), (4, 4))  # (NT, J) built: NT J <= 16 registers of weights
+
+
 def skinny_configs(n: int, k: int):
-    """(J, warps) of skinny_gemm.cu that tile [n, k]: K slices of 32 J, 8 warps features a block."""
-    return [(j, w) for j in (4, 8, 16) for w in (4, 8) if k % (32 * j) == 0 and n % (8 * w) == 0]
+    """(NT, J, warps) of skinny_gemm.cu that tile [n, k]: K slices of 32 J, 8 NT warps features a block."""
+    return [(nt, j, w) for nt, j in SKINNY_NJ for w in (4, 8) if k % (32 * j) == 0 and n % (8 * nt * w) == 0]
 
 
 class Skinny:
@@ -459,19 +462,19 @@ class Skinny:
         self.tickets = torch.zeros(4096, device=dev, dtype=torch.int32)
         self.ready = set()
 
-    def name(self, m: int, j: int, w: int) -> str:
+    def name(self, m: int, nt: int, j: int, w: int) -> str:
         mt = next(v for v in SKINNY_MT if 16 * v >= m)
-        name = f"skinny_m{mt}_j{j}_w{w}"
+        name = f"skinny_m{mt}_n{nt}_j{j}_w{w}"
         self.qk.CUBINS[name] = "skinny_gemm.cubin"  # built by scripts/build_fi_extra_kernels.sh
         return name
 
     def available(self) -> bool:
-        return self.qk._kernel(self.dev, self.name(16, 4, 4)) is not None
+        return self.qk._kernel(self.dev, self.name(16, 1, 4, 4)) is not None
 
-    def mm(self, x, w_, out, j: int, warps: int, pdl: bool):
+    def mm(self, x, w_, out, nt: int, j: int, warps: int, pdl: bool):
         m, k = x.shape
         n = w_.shape[0]
-        name = self.name(m, j, warps)
+        name = self.name(m, nt, j, warps)
         mt = next(v for v in SKINNY_MT if 16 * v >= m)
         shared = 16 * mt * (32 * j + 32) * 2
         if name not in self.ready:
@@ -481,7 +484,7 @@ class Skinny:
         slices = k // (32 * j)
         assert slices * m * n <= self.ws.numel() and m <= 16 * SKINNY_MT[-1]
         p = self.qk._ptr
-        self.qk._launch(name, self.dev, (n // (8 * warps), slices), 32 * warps,
+        self.qk._launch(name, self.dev, (n // (8 * nt * warps), slices), 32 * warps,
                         [p(x), ctypes.c_int(m), p(w_), ctypes.c_int(n), ctypes.c_int(k), p(out), p(self.ws),
                          p(self.tickets)], shared=shared, pdl=pdl)
 
@@ -506,21 +509,22 @@ def skinny_probe(sizes, layers=28):
             err_torch = float((out.float() - ref).norm() / ref.norm())
             t_torch = graph_time(lambda i: torch.mm(x, w[name][i].T, out=out), layers)
             res = []
-            for j, warps in skinny_configs(n, k):
+            for nt, j, warps in skinny_configs(n, k):
                 out.fill_(float("nan"))
-                sk.mm(x, w[name][0], out, j, warps, pdl=False)
+                sk.mm(x, w[name][0], out, nt, j, warps, pdl=False)
                 first = out.clone()
-                sk.mm(x, w[name][0], out, j, warps, pdl=True)
+                sk.mm(x, w[name][0], out, nt, j, warps, pdl=True)
                 torch.cuda.synchronize()
                 err = float((out.float() - ref).norm() / ref.norm())
                 same = bool(torch.equal(first, out))
-                t = {pdl: graph_time(lambda i: sk.mm(x, w[name][i], out, j, warps, pdl), layers) for pdl in (False, True)}
-                res.append(dict(j=j, warps=warps, err=err, repeat_equal=same, us=t[False], us_pdl=t[True]))
+                t = {pdl: graph_time(lambda i: sk.mm(x, w[name][i], out, nt, j, warps, pdl), layers)
+                     for pdl in (False, True)}
+                res.append(dict(nt=nt, j=j, warps=warps, err=err, repeat_equal=same, us=t[False], us_pdl=t[True]))
             good = [r for r in res if r["err"] < 2e-2 and r["repeat_equal"]]
             b = min(good, key=lambda r: r["us_pdl"]) if good else None
             best[name] = b
             rows.append(dict(gemm=name, m=m, n=n, k=k, torch_us=t_torch, torch_err=err_torch, configs=res, best=b))
-            cfg = " | ".join(f"j{r['j']}w{r['warps']} {r['us']:5.2f}/{r['us_pdl']:5.2f}"
+            cfg = " | ".join(f"n{r['nt']}j{r['j']}w{r['warps']} {r['us']:5.2f}/{r['us_pdl']:5.2f}"
                              + ("" if r["err"] < 2e-2 and r["repeat_equal"] else f" BAD(err {r['err']:.1e}, rep {r['repeat_equal']})")
                              for r in res)
             print(f"skinny {name:>8} m={m:>4}: torch {t_torch:6.2f} µs (err {err_torch:.1e}), weights at 4.2 TB/s "
@@ -534,11 +538,12 @@ def skinny_probe(sizes, layers=28):
                     if how == "torch":
                         torch.mm(xs[name], w[name][i].T, out=ys[name])
                     else:
-                        sk.mm(xs[name], w[name][i], ys[name], best[name]["j"], best[name]["warps"], how == "pdl")
+                        b = best[name]
+                        sk.mm(xs[name], w[name][i], ys[name], b["nt"], b["j"], b["warps"], how == "pdl")
             t = {how: graph_time(lambda i, how=how: layer(i, how), layers) for how in ("torch", "plain", "pdl")}
             floor = sum(n * k for n, k in SHAPES.values()) * 2 / 4.2e6
             rows.append(dict(gemm="layer", m=m, **{f"{h}_us": v for h, v in t.items()}, floor_us=floor,
-                             best={nm: (b["j"], b["warps"]) for nm, b in best.items()}))
+                             best={nm: (b["nt"], b["j"], b["warps"]) for nm, b in best.items()}))
             print(f"skinny layer m={m:>4}: torch {t['torch']:6.2f} µs | ours plain {t['plain']:6.2f} | ours pdl "
                   f"{t['pdl']:6.2f} | weights at 4.2 TB/s {floor:5.2f}", flush=True)
     return rows

@@ -3,7 +3,9 @@
 // At 17-128 rows cuBLAS takes ~5-6 µs for each of a decoder layer's products, whose weights alone take 1-3 µs at
 // the copy rate (o_proj at 64 rows: 5.9 µs for 4.2 MB). The question: does a kernel that puts every weight byte in
 // flight at once, before it waits on the kernel before it (programmatic dependent launch), get closer?
-// Layout: a block owns F = 8 * WARPS output features and one K slice of J chunks of 32; each warp owns 8 features.
+// Layout: a block owns F = 8 * NT * WARPS output features and one K slice of J chunks of 32; each warp owns NT groups
+// of 8 features, so each x fragment it reads from shared memory feeds 2 NT mmas (NT = 1 was the first try: every
+// warp reread all m rows for each 8 features, shared-memory traffic that grew with the rows).
 // A warp loads all its weights for the slice first (J 16-byte loads a lane), then waits, then copies x's slice for
 // all m rows into shared memory (cp.async), and runs mma.m16n8k16 with x's rows as the 16-row A operand and its 8
 // features as B. Lane (g = lane / 4, t = lane % 4) loads k = 8t..8t+7 of a row in one 16-byte load; the mma's
@@ -31,10 +33,10 @@ __device__ __forceinline__ void cp_async16(bf16* smem, const bf16* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
 
-template <int MT, int J, int WARPS>
+template <int MT, int NT, int J, int WARPS>
 __device__ __forceinline__ void skinny(const bf16* __restrict__ x, int m, const bf16* __restrict__ w, int n, int k,
                                        bf16* __restrict__ out, float* __restrict__ ws, unsigned* __restrict__ tickets) {
-  constexpr int F = 8 * WARPS;  // features a block
+  constexpr int F = 8 * NT * WARPS;  // features a block
   constexpr int KS = 32 * J;    // the block's K slice
   constexpr int ROW = KS + 32;  // shared row stride (+64 bytes: rows g and g + 1 of one phase in different banks)
   constexpr int T = 32 * WARPS;
@@ -42,11 +44,14 @@ __device__ __forceinline__ void skinny(const bf16* __restrict__ x, int m, const 
   __shared__ unsigned last;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int S = gridDim.y, s = blockIdx.y;
-  const int f0 = blockIdx.x * F + warp * 8, k0 = s * KS;
-  uint4 wv[J];
-  const bf16* wrow = w + (long long)(f0 + g) * k + k0 + t * 8;
+  const int f0 = blockIdx.x * F + warp * 8 * NT, k0 = s * KS;
+  uint4 wv[NT][J];
 #pragma unroll
-  for (int j = 0; j < J; j++) wv[j] = ldg16(wrow + j * 32);  // every weight byte of the slice in flight
+  for (int nt = 0; nt < NT; nt++) {
+    const bf16* wrow = w + (long long)(f0 + nt * 8 + g) * k + k0 + t * 8;
+#pragma unroll
+    for (int j = 0; j < J; j++) wv[nt][j] = ldg16(wrow + j * 32);  // every weight byte of the slice in flight
+  }
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");  // x is the kernel before's output
   constexpr int CPR = KS / 8;  // 16-byte copies a row
@@ -56,41 +61,42 @@ __device__ __forceinline__ void skinny(const bf16* __restrict__ x, int m, const 
   }
   asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
   __syncthreads();
-  float acc[MT][4];
+  float acc[MT][NT][4];
 #pragma unroll
-  for (int mt = 0; mt < MT; mt++) acc[mt][0] = acc[mt][1] = acc[mt][2] = acc[mt][3] = 0.f;
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
 #pragma unroll
   for (int j = 0; j < J; j++) {
-    const uint32_t* b = reinterpret_cast<const uint32_t*>(&wv[j]);
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {  // rows >= m hold stale bytes: they only reach their own (unwritten) rows
       const uint4 xa = *reinterpret_cast<const uint4*>(xs + (mt * 16 + g) * ROW + j * 32 + t * 8);
       const uint4 xb = *reinterpret_cast<const uint4*>(xs + (mt * 16 + g + 8) * ROW + j * 32 + t * 8);
-      mma16816(acc[mt], xa.x, xb.x, xa.y, xb.y, b[0], b[1]);
-      mma16816(acc[mt], xa.z, xb.z, xa.w, xb.w, b[2], b[3]);
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) {  // one x fragment, NT feature groups
+        const uint32_t* b = reinterpret_cast<const uint32_t*>(&wv[nt][j]);
+        mma16816(acc[mt][nt], xa.x, xb.x, xa.y, xb.y, b[0], b[1]);
+        mma16816(acc[mt][nt], xa.z, xb.z, xa.w, xb.w, b[2], b[3]);
+      }
     }
   }
-  const int fa = f0 + 2 * t;  // this lane's two features; acc[mt][0..1] row 16 mt + g, [2..3] row 16 mt + g + 8
-  if (S == 1) {
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-      for (int h = 0; h < 2; h++) {
-        const int r = mt * 16 + g + 8 * h;
-        if (r < m)
-          *reinterpret_cast<__nv_bfloat162*>(out + (long long)r * n + fa) =
-              __floats2bfloat162_rn(acc[mt][2 * h], acc[mt][2 * h + 1]);
-      }
-    return;
-  }
+  // this lane's two features of group nt: f0 + 8 nt + 2 t; acc[mt][nt][0..1] row 16 mt + g, [2..3] row 16 mt + g + 8
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const int r = mt * 16 + g + 8 * h;
-      if (r < m)
-        *reinterpret_cast<float2*>(ws + ((long long)s * m + r) * n + fa) = make_float2(acc[mt][2 * h], acc[mt][2 * h + 1]);
-    }
+    for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        const int r = mt * 16 + g + 8 * h, fa = f0 + 8 * nt + 2 * t;
+        if (r >= m) continue;
+        if (S == 1)
+          *reinterpret_cast<__nv_bfloat162*>(out + (long long)r * n + fa) =
+              __floats2bfloat162_rn(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+        else
+          *reinterpret_cast<float2*>(ws + ((long long)s * m + r) * n + fa) =
+              make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+      }
+  if (S == 1) return;
   __threadfence();  // the partials are visible before the ticket says so
   __syncthreads();
   if (tid == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == (unsigned)S - 1;
@@ -110,12 +116,14 @@ __device__ __forceinline__ void skinny(const bf16* __restrict__ x, int m, const 
   if (tid == 0) tickets[blockIdx.x] = 0;
 }
 
-#define SKINNY(MT, J, W)                                                                                          \
-  extern "C" __global__ void __launch_bounds__(32 * W) skinny_m##MT##_j##J##_w##W(                               \
+#define SKINNY(MT, NT, J, W)                                                                                      \
+  extern "C" __global__ void __launch_bounds__(32 * W) skinny_m##MT##_n##NT##_j##J##_w##W(                       \
       const bf16* __restrict__ x, int m, const bf16* __restrict__ w, int n, int k, bf16* __restrict__ out,        \
       float* __restrict__ ws, unsigned* __restrict__ tickets) {                                                   \
-    skinny<MT, J, W>(x, m, w, n, k, out, ws, tickets);                                                           \
+    skinny<MT, NT, J, W>(x, m, w, n, k, out, ws, tickets);                                                       \
   }
-#define SKINNY_J(MT, W) SKINNY(MT, 4, W) SKINNY(MT, 8, W) SKINNY(MT, 16, W)
+// NT J <= 16: a lane's weights in flight, 4 NT J registers, stay beside the MT NT 4 accumulators without spilling
+#define SKINNY_J(MT, W) SKINNY(MT, 1, 4, W) SKINNY(MT, 1, 8, W) SKINNY(MT, 1, 16, W) SKINNY(MT, 2, 4, W) \
+  SKINNY(MT, 2, 8, W) SKINNY(MT, 4, 4, W)
 #define SKINNY_W(MT) SKINNY_J(MT, 4) SKINNY_J(MT, 8)
 SKINNY_W(1) SKINNY_W(2) SKINNY_W(4) SKINNY_W(6) SKINNY_W(8)
