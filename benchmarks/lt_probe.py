@@ -444,12 +444,13 @@ def l2_probe(sizes, layers=28, ctx=1024):
 SKINNY_MT = (1, 2, 4, 6, 8)  # 16-row tiles skinny_gemm.cu is built for (m <= 128)
 
 
-SKINNY_NJ = ((1, 4), (1, 8), (1, 16), (2, 4), (2, 8), (4, 4))  # (NT, J) built: NT J <= 16 registers of weights
+SKINNY_NJ = ((1, 4), (1, 8), (1, 16), (2, 4), (2, 8), (4, 4), (1, 32))  # (NT, J) built; (1, 32): K = 1024 unsplit
 
 
-def skinny_configs(n: int, k: int):
+def skinny_configs(n: int, k: int, m: int):
     """(NT, J, warps) of skinny_gemm.cu that tile [n, k]: K slices of 32 J, 8 NT warps features a block."""
-    return [(nt, j, w) for nt, j in SKINNY_NJ for w in (4, 8) if k % (32 * j) == 0 and n % (8 * nt * w) == 0]
+    return [(nt, j, w) for nt, j in SKINNY_NJ for w in (4, 8) if k % (32 * j) == 0 and n % (8 * nt * w) == 0
+            and 16 * next(v for v in SKINNY_MT if 16 * v >= m) * (32 * j + 32) * 2 <= 227 * 1024]  # x slice fits
 
 
 class Skinny:
@@ -509,7 +510,7 @@ def skinny_probe(sizes, layers=28):
             err_torch = float((out.float() - ref).norm() / ref.norm())
             t_torch = graph_time(lambda i: torch.mm(x, w[name][i].T, out=out), layers)
             res = []
-            for nt, j, warps in skinny_configs(n, k):
+            for nt, j, warps in skinny_configs(n, k, m):
                 out.fill_(float("nan"))
                 sk.mm(x, w[name][0], out, nt, j, warps, pdl=False)
                 first = out.clone()

@@ -122,8 +122,9 @@ __device__ __forceinline__ void skinny(const bf16* __restrict__ x, int m, const 
       float* __restrict__ ws, unsigned* __restrict__ tickets) {                                                   \
     skinny<MT, NT, J, W>(x, m, w, n, k, out, ws, tickets);                                                       \
   }
-// NT J <= 16: a lane's weights in flight, 4 NT J registers, stay beside the MT NT 4 accumulators without spilling
+// NT J <= 16: a lane's weights in flight, 4 NT J registers, stay beside the MT NT 4 accumulators without spilling;
+// J = 32 is the one unsplit shape for K = 1024 (no partials, no last-block sum) to time against the split ones
 #define SKINNY_J(MT, W) SKINNY(MT, 1, 4, W) SKINNY(MT, 1, 8, W) SKINNY(MT, 1, 16, W) SKINNY(MT, 2, 4, W) \
-  SKINNY(MT, 2, 8, W) SKINNY(MT, 4, 4, W)
+  SKINNY(MT, 2, 8, W) SKINNY(MT, 4, 4, W) SKINNY(MT, 1, 32, W)
 #define SKINNY_W(MT) SKINNY_J(MT, 4) SKINNY_J(MT, 8)
 SKINNY_W(1) SKINNY_W(2) SKINNY_W(4) SKINNY_W(6) SKINNY_W(8)
