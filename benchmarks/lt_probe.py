@@ -24,7 +24,7 @@
    the L2 on a second stream meanwhile (a sum, or benchmarks/kernels/l2_prefetch.cu's prefetch, plain or evict_last),
    with and without an attention stand-in reading K/V between them.
 5. `--skinny` (session 34): the products at 16-128 rows take ~5-6 µs each where their weights alone take 1-3 µs at the
-   copy rate. benchmarks/kernels/skinny_gemm.cu puts every weight byte of a slice in flight before it waits on the
+   copy rate. minisgl_edu/model/skinny_gemm.cu puts every weight byte of a slice in flight before it waits on the
    kernel before it (programmatic dependent launch), then multiplies on the tensor cores (mma.m16n8k16) with x's
    slice in shared memory, split-K across blocks with a deterministic last-block sum. Checks it against a float
    product, times every built (feature groups a warp, slice, warps) configuration with PDL on and off beside torch's product over 28

@@ -29,7 +29,7 @@ class Engine:
     def __init__(self, cfg: EngineConfig):
         self.cfg = cfg
         self.device = torch.device(cfg.device)  # resolved by EngineConfig
-        use_kernels(cfg.fused_kernels, cfg.qk_kernel, cfg.moe_impl, cfg.gemv_kernel, cfg.pdl)  # one engine per process decides for its layers
+        use_kernels(cfg.fused_kernels, cfg.qk_kernel, cfg.moe_impl, cfg.gemv_kernel, cfg.pdl, cfg.skinny_gemm)  # one engine per process decides for its layers
         if (threads := host_threads_for(cfg, self.device.type)) is not None:  # the rule and its why: config.py
             torch.set_num_threads(threads)
         self.dtype = cfg.dtype or (torch.bfloat16 if self.device.type == "cuda" else torch.float32)

@@ -8,14 +8,12 @@ set -euo pipefail
 OUTDIR=${GPU_BUNDLE_DIR:-.gpu}
 SRC=$(cd "$(dirname "$0")/.." && pwd)/minisgl_edu/model
 mkdir -p "$OUTDIR/kernels"
-for k in qk_norm_rope_store gemv kv_indices greedy; do
+for k in qk_norm_rope_store gemv kv_indices greedy skinny_gemm; do
   ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -cubin -arch=sm_90a -O3 -o "$OUTDIR/kernels/$k.cubin" "$SRC/$k.cu"
   echo "built $OUTDIR/kernels/$k.cubin"
 done
 # benchmarks/lt_probe.py --l2's prefetch kernel (a probe's, not the library's)
 ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -cubin -arch=sm_90a -O3 -o "$OUTDIR/kernels/l2_prefetch.cubin" "$SRC/../../benchmarks/kernels/l2_prefetch.cu"
-# benchmarks/lt_probe.py --skinny's GEMM for 16-128 rows (a probe's, session 34)
-${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -cubin -arch=sm_90a -O3 -o "$OUTDIR/kernels/skinny_gemm.cubin" "$SRC/../../benchmarks/kernels/skinny_gemm.cu"
 [ "${ONLY_CUBIN:-0}" = 1 ] && exit 0
 VENV=${FI_VENV:-$(mktemp -d)/venv}
 if [ ! -x "$VENV/bin/python" ]; then

@@ -471,3 +471,77 @@ def test_steps_just_past_one_wave_take_the_balanced_kernel_however_even():
     assert fi.balanced_step(uneven, 128, qwen3, 0) and fi.balanced_step(uneven, 128, qwen3, wave)
     short = np.full(160, 100, np.int32)  # past one wave but 1.8 GB of KV: the balanced plan's host time would show
     assert not fi.balanced_step(short, 160, qwen3, wave)
+
+
+def test_few_rows_dispatch_on_the_cpu(monkeypatch):
+    """Which products take our tensor-core GEMM for 2-16 rows (qk_kernel.skinny), run on the CPU with a stand-in
+    for the kernel: q|k|v (after its norm), gate|up and down do at 2 and 16 rows; one row (the GEMV's), 17 rows,
+    the switch off and PDL off do not; the results equal the plain layers'. A stand-in that drops a row is caught."""
+    from types import SimpleNamespace
+
+    import torch.nn.functional as F
+
+    from minisgl_edu.model import layers, qk_kernel
+    calls = []
+
+    def fake_skinny(x, w, pdl=True):
+        calls.append((x.shape[0], w.shape[0], pdl))
+        return F.linear(x, w)
+
+    monkeypatch.setattr(qk_kernel, "skinny", fake_skinny)
+    monkeypatch.setattr(qk_kernel, "gemv", lambda *a, **k: None)  # one row: the GEMV declines here, cuBLAS serves
+    silu_mul = lambda gu: F.silu(gu[:, : gu.shape[1] // 2]) * gu[:, gu.shape[1] // 2:]
+
+    def fused_add_rmsnorm(x, residual, weight, eps):
+        residual += x
+        x.copy_(residual * torch.rsqrt(residual.pow(2).mean(-1, keepdim=True) + eps) * weight)
+
+    fi = SimpleNamespace(norm=SimpleNamespace(fused_add_rmsnorm=fused_add_rmsnorm),
+                         activation=SimpleNamespace(silu_and_mul=silu_mul))
+    monkeypatch.setattr(layers, "fused_kernels", lambda x: fi)
+    for name, value in (("skinny", True), ("pdl", True), ("gemv", True)):
+        monkeypatch.setattr(layers.KERNELS, name, value)
+    g = torch.Generator().manual_seed(1)
+    norm = layers.RMSNorm(16, 1e-6)
+    col, row = layers.ColumnParallelLinear.simple(16, 48), layers.RowParallelLinear(24, 16)
+    for p in (col.weight, row.weight):
+        p.data = torch.randn(p.shape, generator=g)
+
+    def layer(rows):
+        x, res, gu = (torch.randn(rows, n, generator=g) for n in (16, 16, 48))
+        calls.clear()
+        y, _ = layers.norm_linear(x.clone(), res.clone(), norm, col)
+        torch.testing.assert_close(y, F.linear(norm._plain(x + res), col.weight))
+        torch.testing.assert_close(layers.silu_mul_down(gu, row), F.linear(silu_mul(gu), row.weight))
+        return list(calls)
+
+    for rows in (2, 16):
+        assert layer(rows) == [(rows, 48, True), (rows, 16, True)]
+    assert layer(1) == [] and layer(17) == []
+    monkeypatch.setattr(layers.KERNELS, "pdl", False)  # launched plainly it loses to cuBLAS: not taken at all
+    assert layer(4) == []
+    monkeypatch.setattr(layers.KERNELS, "pdl", True)
+    monkeypatch.setattr(layers.KERNELS, "skinny", False)  # the naive twin: cuBLAS
+    assert layer(4) == []
+    monkeypatch.setattr(layers.KERNELS, "skinny", True)
+    monkeypatch.setattr(qk_kernel, "skinny", lambda x, w, pdl=True: F.linear(x[:1], w).expand(x.shape[0], -1))
+    with pytest.raises(AssertionError):  # a kernel that computes one row and copies it
+        layer(4)
+
+
+def test_skinny_shapes_and_entry_points():
+    """The K slice chosen for each product (the H100's best at 16 rows for Qwen3-0.6B's: q|k|v and gate|up one slice
+    of 1,024, o_proj 16 chunks, down 32), none where the features or K do not tile, and every entry point the
+    library names is instantiated in skinny_gemm.cu (the GPU loads them by name)."""
+    import re
+    from pathlib import Path
+
+    from minisgl_edu.model import qk_kernel as kk
+    assert [kk.skinny_j(n, k) for n, k in ((4096, 1024), (6144, 1024), (1024, 2048), (1024, 3072))] == [32, 32, 16, 32]
+    assert kk.skinny_j(576, 1536) == 8 and kk.skinny_j(960, 576) is None and kk.skinny_j(1000, 1024) is None
+    src = (Path(kk.__file__).parent / "skinny_gemm.cu").read_text()
+    built = {(nt, j) for nt, j in re.findall(r"SKINNY\(MT, (\d+), (\d+), W\)", src)}
+    assert re.search(r"SKINNY_W\(1\)", src) and re.search(rf"SKINNY_J\(MT, {kk.SKINNY_WARPS}\)", src)
+    named = [n for n, f in kk.CUBINS.items() if f == "skinny_gemm.cubin"]
+    assert named and all(("1", m.group(1)) in built for n in named if (m := re.fullmatch(r"skinny_m1_n1_j(\d+)_w8", n)))
+    assert all(re.fullmatch(r"skinny_m1_n1_j(8|16|32)_w8", n) for n in named)

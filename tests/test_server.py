@@ -368,12 +368,13 @@ def test_flags_are_config_fields_with_one_default(model_path):
     assert cfg == plain and not shell and cfg.served_name == os.path.basename(model_path)
     cfg, _ = parse_args(["--model", model_path, "--device", "cpu", "--attention", "reference", "--no-fused-kernels",
                          "--no-overlap", "--context-length", "100", "--page-size", "4", "--hop-log", "h.jsonl",
-                         "--moe-impl", "grouped", "--no-qk-kernel", "--no-gemv-kernel", "--no-pdl", "--no-warm-start",
+                         "--moe-impl", "grouped", "--no-qk-kernel", "--no-gemv-kernel", "--no-pdl", "--no-skinny-gemm",
+                         "--no-warm-start",
                          "--no-early-receive", "--early-admit", "--http-parser", "h11", "--gc-threshold", "700",
                          "--no-reply-socket"])
     changed = {f.name for f in fields(cfg) if getattr(cfg, f.name) != getattr(plain, f.name)}
     assert changed == {"attention", "fused_kernels", "overlap", "max_seq_len", "page_size", "hop_log", "moe_impl", "qk_kernel",
-                       "gemv_kernel", "pdl", "warm_start", "early_receive", "early_admit", "http_parser", "gc_threshold",
+                       "gemv_kernel", "pdl", "skinny_gemm", "warm_start", "early_receive", "early_admit", "http_parser", "gc_threshold",
                        "reply_socket"}
     assert (cfg.attention, cfg.fused_kernels, cfg.overlap, cfg.max_seq_len) == ("reference", False, False, 100)
     with pytest.raises(ValueError, match="http_parser"):

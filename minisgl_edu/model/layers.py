@@ -23,17 +23,19 @@ class Kernels:
     moe: str | None = None  # "reference" | "grouped" (model/moe.py); None: reference on CPU, grouped on CUDA
     gemv: bool = True  # under `fused`: one row (a batch-1 decode step) through our GEMV (gemv.cu); False: cuBLAS
     pdl: bool = True  # our GEMVs launched with programmatic dependent launch (weights loaded early); False: plain launches
+    skinny: bool = True  # under `fused` and `pdl`: 2-16 rows through our tensor-core GEMM (skinny_gemm.cu); False: cuBLAS
 
 
 KERNELS = Kernels()
 _FUSED = False  # the flashinfer module once imported; None where it is absent (CPU machines)
 
 
-def use_kernels(fused: bool = True, qk: bool = True, moe: str | None = None, gemv: bool = True, pdl: bool = True) -> None:
+def use_kernels(fused: bool = True, qk: bool = True, moe: str | None = None, gemv: bool = True, pdl: bool = True,
+                skinny: bool = True) -> None:
     """The one place the kernel switches are applied. One process, one setting: the engine built last decides."""
     if moe not in (None, "reference", "grouped"):
         raise ValueError(f"moe_impl must be 'reference' or 'grouped', got {moe!r}")
-    KERNELS.fused, KERNELS.qk, KERNELS.moe, KERNELS.gemv, KERNELS.pdl = fused, qk, moe, gemv, pdl
+    KERNELS.fused, KERNELS.qk, KERNELS.moe, KERNELS.gemv, KERNELS.pdl, KERNELS.skinny = fused, qk, moe, gemv, pdl, skinny
 
 
 def fused_kernels(x: torch.Tensor):
@@ -121,7 +123,7 @@ class ColumnParallelLinear(nn.Module):
             row += rows
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (y := one_row(x, self.weight, "column")) is not None:
+        if (y := one_row(x, self.weight, "column")) is not None or (y := few_rows(x, self.weight)) is not None:
             return y + self.bias if self.bias is not None else y
         return F.linear(x, self.weight, self.bias)
 
@@ -151,6 +153,7 @@ class RowParallelLinear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = one_row(x, self.weight, "row")  # one row: our GEMV (chapter 7); else None
+        y = few_rows(x, self.weight) if y is None else y  # 2-16 rows: our tensor-core GEMM; else None
         y = all_reduce(F.linear(x, self.weight) if y is None else y)  # the ranks' partial sums, added
         return y + self.bias if self.bias is not None else y
 
@@ -236,6 +239,15 @@ def one_row(x: torch.Tensor, w: torch.Tensor, kind: str, residual: torch.Tensor 
     if norm is None:
         return kk.gemv(x, w, kind == "silu", cfg, pdl=KERNELS.pdl)
     return kk.gemv(x, w, config=cfg, residual=residual, norm_weight=norm.weight, eps=norm.eps, pdl=KERNELS.pdl)
+
+
+def few_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
+    """x @ w.T through our tensor-core GEMM (qk_kernel.skinny) for 2-16 rows under `KERNELS.skinny`, launched with
+    PDL, else None (then cuBLAS). Only with PDL: launched plainly it is slower than cuBLAS (chapter 7). A weight
+    stored column-major for cuBLAS (o_proj, model/__init__.py) is not row-major, so it stays with cuBLAS."""
+    if not (KERNELS.skinny and KERNELS.pdl) or not 2 <= x.shape[0] <= kk.SKINNY_ROWS or fused_kernels(x) is None:
+        return None
+    return kk.skinny(x, w, pdl=True)
 
 
 def norm_linear(x: torch.Tensor, residual: torch.Tensor, norm: RMSNorm, linear: ColumnParallelLinear):

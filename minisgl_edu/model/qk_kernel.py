@@ -1,7 +1,8 @@
 """Chapter 7 — A kernel of our own: q/k norm, RoPE and the K/V store of one layer in one launch.
 
 `qk_norm_rope_store.cu` (and `kv_indices.cu`, kernel_args' slots in one launch; `gemv.cu`, one row
-through a linear layer, the MLP's SiLU-and-mul riding along), compiled to
+through a linear layer, the MLP's SiLU-and-mul riding along; `skinny_gemm.cu`, 2-16 rows on the tensor cores),
+compiled to
 cubins by `scripts/build_fi_extra_kernels.sh` and launched through the CUDA driver API with ctypes;
 without a cubin `available()` is False and FlashInfer's kernels serve.
 """
@@ -15,7 +16,7 @@ import torch
 
 NAME = "qk_norm_rope_store"
 CUBINS = {NAME: "qk_norm_rope_store.cubin", "kv_indices": "kv_indices.cubin",  # kernel -> file; gemv*: gemv.cubin
-          "greedy_argmax": "greedy.cubin"}
+          "greedy_argmax": "greedy.cubin", **{f"skinny_m1_n1_j{j}_w8": "skinny_gemm.cubin" for j in (8, 16, 32)}}
 _FUNCS: dict[tuple[int, str], object] = {}  # (device index, kernel) -> (libcuda, function), or None: no cubin
 
 
@@ -204,4 +205,53 @@ def greedy(logits: torch.Tensor, rows: torch.Tensor | None = None, pos: torch.Te
             [_ptr(logits), ctypes.c_int(vocab), ctypes.c_int(GREEDY_CHUNK), ctypes.c_int(int(vec)), _ptr(partial),
              _ptr(tickets), _ptr(out), _ptr(token_pool), ctypes.c_longlong(token_pool.stride(0) if token_pool is not None else 0),
              _ptr(rows if token_pool is not None else None), _ptr(pos if token_pool is not None else None)])
+    return out
+
+
+SKINNY_ROWS = 16  # skinny_gemm.cu's one 16-row tile: 2-16 rows; more rows go to cuBLAS (ours grows with them, chapter 7)
+SKINNY_WARPS = 8  # a block: 8 warps of 8 features, 64 output features
+SKINNY_MIN_BLOCKS = 48  # the longest K slice that still gives this many blocks (the H100's best shape for each product)
+SKINNY_WS = 1 << 20  # float partials a (device, stream) keeps: S slices x rows x features
+# (device index, stream) -> (float partials, per-feature-tile tickets, zero between launches); one set per stream as
+# greedy's: launches on one stream run one after the other (a PDL-launched one writes them only after its wait)
+_SKINNY: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def skinny_j(n: int, k: int) -> int | None:
+    """skinny_gemm.cu's K slice (J chunks of 32) for a [n, k] weight: the longest of 32, 16, 8 that divides k and
+    leaves at least SKINNY_MIN_BLOCKS blocks, else the shortest that divides it; None when n or k does not tile."""
+    if n % (8 * SKINNY_WARPS):
+        return None
+    fits = [j for j in (32, 16, 8) if k % (32 * j) == 0]
+    return next((j for j in fits if n // (8 * SKINNY_WARPS) * (k // (32 * j)) >= SKINNY_MIN_BLOCKS), fits[-1] if fits else None)
+
+
+def skinny(x: torch.Tensor, w: torch.Tensor, pdl: bool = True) -> torch.Tensor | None:
+    """x @ w.T for 2-16 rows x [m, k] and w [n, k], both row-major, on the tensor cores in one launch (two kernels'
+    worth: split-K partials summed by each feature tile's last block, in slice order, so the result repeats bit for
+    bit); None where it does not apply (then: cuBLAS). pdl: its weights load while the kernel before it ends."""
+    m, k = x.shape if x.dim() == 2 else (0, 0)
+    if not 2 <= m <= SKINNY_ROWS or not x.is_cuda or x.dtype != torch.bfloat16 or w.dtype != x.dtype \
+            or not x.is_contiguous() or not w.is_contiguous() or w.dim() != 2 or w.shape[1] != k \
+            or x.data_ptr() % 16 or w.data_ptr() % 16 or (j := skinny_j(w.shape[0], k)) is None:
+        return None
+    n, slices = w.shape[0], k // (32 * j)
+    name = f"skinny_m1_n1_j{j}_w{SKINNY_WARPS}"
+    if slices * m * n > SKINNY_WS or _kernel(x.device, name) is None:
+        return None
+    idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    key = (idx, torch.cuda.current_stream(x.device).cuda_stream)
+    if key not in _SKINNY:
+        if torch.cuda.is_current_stream_capturing():  # not inside a graph's pool: the graph's eager warm-up made it
+            return None
+        _SKINNY[key] = (torch.empty(SKINNY_WS, dtype=torch.float32, device=x.device),
+                        torch.zeros(1024, dtype=torch.int32, device=x.device))
+    ws, tickets = _SKINNY[key]
+    if n // (8 * SKINNY_WARPS) > len(tickets):
+        return None
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    shared = 16 * (32 * j + 32) * 2  # x's slice, 16 rows padded by 64 bytes each: at most 33 KB, no opt-in needed
+    _launch(name, x.device, (n // (8 * SKINNY_WARPS), slices), 32 * SKINNY_WARPS,
+            [_ptr(x), ctypes.c_int(m), _ptr(w), ctypes.c_int(n), ctypes.c_int(k), _ptr(out), _ptr(ws), _ptr(tickets)],
+            shared=shared, pdl=pdl)
     return out

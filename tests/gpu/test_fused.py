@@ -153,7 +153,8 @@ def run_logits(path: str, dtype, prompts, attention=None) -> torch.Tensor:
     k = layers.KERNELS  # the switches set around the call (Switch), handed on: the Engine applies its config's
     eng = Engine(EngineConfig(model_path=path, device="cuda", dtype=dtype, dummy_weights=True, max_running_reqs=8,
                               max_total_tokens=8192, cuda_graph_max_bs=0, attention=attention, fused_kernels=k.fused,
-                              qk_kernel=k.qk, gemv_kernel=k.gemv, pdl=k.pdl))
+                              qk_kernel=k.qk, gemv_kernel=k.gemv, pdl=k.pdl,
+                              skinny_gemm=k.skinny))
     for name, p in eng.model.named_parameters():  # dummy norms are all ones: give them a shape to get wrong
         if name.endswith("norm.weight"):
             p.data.copy_(1 + 0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(len(name))))
@@ -295,3 +296,65 @@ def test_pdl_changes_when_not_what(tmp_path):
     report(check="pdl_same", logits_equal=bool(torch.equal(runs[True], runs[False])), tokens_equal=tokens[True] == tokens[False])
     assert torch.equal(runs[True], runs[False])
     assert tokens[True] == tokens[False] and all(len(t) == 48 for t in tokens[True])
+
+
+def skinny_ready() -> bool:
+    return qk_kernel._kernel(torch.device("cuda"), "skinny_m1_n1_j32_w8") is not None
+
+
+@pytest.mark.parametrize("k,n", [(1024, 4096), (1024, 6144), (3072, 1024), (2048, 1024), (1536, 576)])
+def test_skinny_matches_plain(k, n):
+    """Our tensor-core GEMM for 2-16 rows (skinny_gemm.cu) against cuBLAS and a float32 product: within one bf16
+    rounding, bit-equal with PDL on and off and from one launch to the next (split-K summed in slice order), equal
+    replayed in a CUDA graph with new inputs (the tickets are back at 0 after each launch); None for 1 and 17 rows
+    and a column-major weight (then cuBLAS)."""
+    if not skinny_ready():
+        pytest.skip("no skinny_gemm cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
+    import torch.nn.functional as F
+    g = torch.Generator(device="cuda").manual_seed(k + n)
+    w = torch.randn(n, k, device="cuda", dtype=BF16, generator=g) * 0.03
+    for m in (2, 7, 16):
+        x = torch.randn(m, k, device="cuda", dtype=BF16, generator=g)
+        ref = x.float() @ w.float().T
+        y, again, plain = qk_kernel.skinny(x, w, pdl=True), qk_kernel.skinny(x, w, pdl=False), F.linear(x, w)
+        report(check="skinny", k=k, n=n, m=m, rel=rel(y, ref), cublas_rel=rel(plain, ref))
+        assert y is not None and torch.isfinite(y).all() and torch.equal(y, again)
+        assert rel(y, ref) < REL and rel(y, plain) < REL
+    for m in (1, 17):
+        assert qk_kernel.skinny(torch.randn(m, k, device="cuda", dtype=BF16), w) is None
+    assert qk_kernel.skinny(x, w.t().contiguous().t()) is None
+    static_x, side = x.clone(), torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # the capture stream's workspace exists before capture, as after the engine's warm-up
+        qk_kernel.skinny(static_x, w)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=side):
+        static_y = qk_kernel.skinny(static_x, w)
+    assert static_y is not None
+    for _ in range(2):
+        static_x.copy_(torch.randn(16, k, device="cuda", dtype=BF16, generator=g))
+        graph.replay()
+        assert torch.equal(static_y, qk_kernel.skinny(static_x, w))
+
+
+def test_skinny_in_the_model_matches_plain(tmp_path):
+    """The whole model with KERNELS.skinny on (a 4-request decode step's q|k|v, gate|up and down through our GEMM)
+    against it off (cuBLAS): the decode step's logits within the fused-vs-plain tolerance, the prefill untouched."""
+    if not skinny_ready():
+        pytest.skip("no skinny_gemm cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
+    path = small_config(tmp_path, "qwen3-0.6b", 4)
+    g = torch.Generator().manual_seed(6)
+    prompts = [torch.randint(0, 10000, (n,), generator=g).tolist() for n in (40, 90, 300, 17)]
+    saved = layers.KERNELS.skinny
+    with Switch(True):
+        try:
+            layers.KERNELS.skinny = True
+            on = run_logits(path, BF16, prompts)
+            layers.KERNELS.skinny = False
+            off = run_logits(path, BF16, prompts)
+        finally:
+            layers.KERNELS.skinny = saved
+    dec_on, dec_off = on[-4:], off[-4:]
+    report(check="skinny_model", decode_rel=rel(dec_on, dec_off), prefill_rel=rel(on[:-4], off[:-4]))
+    assert rel(on[:-4], off[:-4]) < 1e-3  # the prefill (447 rows) never takes it
+    assert 0 < rel(dec_on, dec_off) < 3e-2  # 0 would mean our kernel never ran
