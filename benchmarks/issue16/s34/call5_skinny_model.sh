@@ -1,17 +1,16 @@
 #!/usr/bin/env bash
 # Session 34, call 5: skinny_gemm.cu in the model for 2-16 rows (EngineConfig.skinny_gemm): the GPU tests, then
-# profile_decode.py at batch 2, 4, 8, 16 with it on and off (alternating, twice), then P2 and P1.
+# profile_decode.py at batch 2, 8, 16 with it on and off, P2, and the profiles again.
 export MINISGL_CUBIN_DIR=$PWD/.gpu/kernels
 source scripts/gpu_env.sh
 LOG=$OUT/call.log
 r() { echo "=== $* ($(date -u +%T))" >>$LOG; "$@" >>$LOG 2>&1; echo "=== rc=$?" >>$LOG; }
 r nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
-r timeout 200 python3 -m pytest -q -x tests/gpu/test_fused.py -p no:cacheprovider
-for i in 1 2; do
-  r timeout 60 python3 benchmarks/profile_decode.py skinny_on --bs 2,4,8,16 --json $OUT/profile.jsonl
-  r timeout 60 python3 benchmarks/profile_decode.py skinny_off --no-skinny-gemm --bs 2,4,8,16 --json $OUT/profile.jsonl
-done
-r timeout 150 python3 benchmarks/bench_gpu.py p2 p1
+r timeout 220 python3 -m pytest -q tests/gpu -p no:cacheprovider
+prof() { r timeout 45 python3 benchmarks/profile_decode.py skinny_on --bs 2,8,16 --json $OUT/profile.jsonl
+         r timeout 45 python3 benchmarks/profile_decode.py skinny_off --no-skinny-gemm --bs 2,8,16 --json $OUT/profile.jsonl; }
+prof
+r timeout 80 python3 benchmarks/bench_gpu.py p2
 cp benchmarks/results.json $OUT/results.json
-r timeout 100 python3 -m pytest -q tests/gpu -p no:cacheprovider --deselect tests/gpu/test_fused.py
+prof
 echo done >>$LOG
