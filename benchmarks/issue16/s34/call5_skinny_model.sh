@@ -1,15 +1,13 @@
 #!/usr/bin/env bash
-# Session 34, call 5: skinny_gemm.cu in the model for 2-16 rows (EngineConfig.skinny_gemm): the GPU tests, then
-# profile_decode.py at batch 2, 8, 16 with it on and off, then P2.
+# Session 34, call 5: skinny_gemm.cu in the model for 2-16 rows (EngineConfig.skinny_gemm): test_fused.py, then
+# profile_decode.py at batch 2, 8, 16 with it on and off.
 export MINISGL_CUBIN_DIR=$PWD/.gpu/kernels
 source scripts/gpu_env.sh
 LOG=$OUT/call.log
 r() { echo "=== $* ($(date -u +%T))" >>$LOG; "$@" >>$LOG 2>&1; echo "=== rc=$?" >>$LOG; }
 r nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
-r timeout 180 python3 -m pytest -q tests/gpu -p no:cacheprovider
+r timeout 130 python3 -m pytest -q tests/gpu/test_fused.py -p no:cacheprovider
 prof() { r timeout 45 python3 benchmarks/profile_decode.py skinny_on --bs 2,8,16 --json $OUT/profile.jsonl
          r timeout 45 python3 benchmarks/profile_decode.py skinny_off --no-skinny-gemm --bs 2,8,16 --json $OUT/profile.jsonl; }
 prof
-r timeout 80 python3 benchmarks/bench_gpu.py p2
-cp benchmarks/results.json $OUT/results.json
 echo done >>$LOG
