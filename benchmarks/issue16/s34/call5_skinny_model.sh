@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Session 34, call 5: skinny_gemm.cu in the model for 2-16 rows (EngineConfig.skinny_gemm): test_fused.py, then
-# profile_decode.py at batch 8 and 16 with it on and off.
+# profile_decode.py at batch 8 and 16 with it on and off. Not run in session 34 (no machine could be started).
 export MINISGL_CUBIN_DIR=$PWD/.gpu/kernels
 source scripts/gpu_env.sh
 LOG=$OUT/call.log
