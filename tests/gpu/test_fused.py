@@ -244,28 +244,32 @@ def test_gemv_matches_plain(k, n):
         assert qk_kernel.gemv(torch.randn(1, 12, device="cuda").to(BF16), torch.randn(n, 12, device="cuda").to(BF16)) is None
 
 
-def test_gemv_in_the_model_matches_plain(tmp_path):
-    """The whole model with KERNELS.gemv on (a one-row decode step's q|k|v and gate|up with their norms, and its
-    MLP tail, through our GEMV)
-    against it off: the decode step's logits within the fused-vs-plain tolerance; the prefill untouched."""
-    if not gemv_ready():
-        pytest.skip("no gemv cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
+def model_on_off(tmp_path, switch: str, prompts, rows: int, check: str) -> None:
+    """The whole model (4 Qwen3 layers) with KERNELS.<switch> on against it off: the decode step's `rows` logits
+    within the fused-vs-plain tolerance and not equal (else our kernel never ran); the prefill untouched."""
     path = small_config(tmp_path, "qwen3-0.6b", 4)
-    g = torch.Generator().manual_seed(4)
-    prompts = [torch.randint(0, 10000, (300,), generator=g).tolist()]  # one request: its decode step is one row
-    saved = layers.KERNELS.gemv  # process-wide: an engine built earlier (another test's) may have left it off
+    saved = getattr(layers.KERNELS, switch)  # process-wide: an engine built earlier (another test's) may have set it
     with Switch(True):
         try:
-            layers.KERNELS.gemv = True
+            setattr(layers.KERNELS, switch, True)
             on = run_logits(path, BF16, prompts)
-            layers.KERNELS.gemv = False
+            setattr(layers.KERNELS, switch, False)
             off = run_logits(path, BF16, prompts)
         finally:
-            layers.KERNELS.gemv = saved
-    dec_on, dec_off = on[-1:], off[-1:]
-    report(check="gemv_model", decode_rel=rel(dec_on, dec_off), prefill_rel=rel(on[:-1], off[:-1]))
-    assert rel(on[:-1], off[:-1]) < 1e-3  # the prefill (> 1 row) never takes it: the same kernels both times
+            setattr(layers.KERNELS, switch, saved)
+    dec_on, dec_off = on[-rows:], off[-rows:]
+    report(check=check, decode_rel=rel(dec_on, dec_off), prefill_rel=rel(on[:-rows], off[:-rows]))
+    assert rel(on[:-rows], off[:-rows]) < 1e-3  # the prefill (many rows) never takes it: the same kernels both times
     assert 0 < rel(dec_on, dec_off) < 3e-2  # 0 would mean our kernel never ran
+
+
+def test_gemv_in_the_model_matches_plain(tmp_path):
+    """KERNELS.gemv (a one-row decode step's q|k|v and gate|up with their norms, and its MLP tail, through our GEMV)
+    on against off, in the whole model."""
+    if not gemv_ready():
+        pytest.skip("no gemv cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
+    g = torch.Generator().manual_seed(4)
+    model_on_off(tmp_path, "gemv", [torch.randint(0, 10000, (300,), generator=g).tolist()], 1, "gemv_model")
 
 
 def test_pdl_changes_when_not_what(tmp_path):
@@ -338,23 +342,10 @@ def test_skinny_matches_plain(k, n):
 
 
 def test_skinny_in_the_model_matches_plain(tmp_path):
-    """The whole model with KERNELS.skinny on (a 4-request decode step's q|k|v, gate|up and down through our GEMM)
-    against it off (cuBLAS): the decode step's logits within the fused-vs-plain tolerance, the prefill untouched."""
+    """KERNELS.skinny (a 4-request decode step's q|k|v, gate|up and down through our tensor-core GEMM) on against
+    off (cuBLAS), in the whole model."""
     if not skinny_ready():
         pytest.skip("no skinny_gemm cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
-    path = small_config(tmp_path, "qwen3-0.6b", 4)
     g = torch.Generator().manual_seed(6)
     prompts = [torch.randint(0, 10000, (n,), generator=g).tolist() for n in (40, 90, 300, 17)]
-    saved = layers.KERNELS.skinny
-    with Switch(True):
-        try:
-            layers.KERNELS.skinny = True
-            on = run_logits(path, BF16, prompts)
-            layers.KERNELS.skinny = False
-            off = run_logits(path, BF16, prompts)
-        finally:
-            layers.KERNELS.skinny = saved
-    dec_on, dec_off = on[-4:], off[-4:]
-    report(check="skinny_model", decode_rel=rel(dec_on, dec_off), prefill_rel=rel(on[:-4], off[:-4]))
-    assert rel(on[:-4], off[:-4]) < 1e-3  # the prefill (447 rows) never takes it
-    assert 0 < rel(dec_on, dec_off) < 3e-2  # 0 would mean our kernel never ran
+    model_on_off(tmp_path, "skinny", prompts, 4, "skinny_model")
