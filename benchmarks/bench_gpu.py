@@ -860,12 +860,13 @@ def main() -> None:
             write_results()
         return
     if "tokens" in args.parts:  # first, with engines of its own (see its docstring)
+        only = set(args.parts) == {"tokens"}
         try:
             tokens_parity()
         finally:
-            if set(args.parts) == {"tokens"}:
+            if only:  # else the rows are written with the rest's
                 write_results()
-        if set(args.parts) == {"tokens"}:
+        if only:
             return
     llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=256, cuda_graph_max_bs=256)
     print(f"weights {weight_bytes(llm.engine.model) / 1e9:.3f} GB, KV {kv_bytes_per_token(llm.engine)} B/token, "

@@ -461,33 +461,21 @@ class Skinny:
         self.qk, self.dev = qk_kernel, dev
         self.ws = torch.empty(32 * 128 * 6144, device=dev, dtype=torch.float32)
         self.tickets = torch.zeros(4096, device=dev, dtype=torch.int32)
-        self.ready = set()
 
-    def name(self, m: int, nt: int, j: int, w: int) -> str:
-        mt = next(v for v in SKINNY_MT if 16 * v >= m)
+    def name(self, mt: int, nt: int, j: int, w: int) -> str:
         name = f"skinny_m{mt}_n{nt}_j{j}_w{w}"
         self.qk.CUBINS[name] = "skinny_gemm.cubin"  # built by scripts/build_fi_extra_kernels.sh
         return name
 
     def available(self) -> bool:
-        return self.qk._kernel(self.dev, self.name(16, 1, 4, 4)) is not None
+        return self.qk._kernel(self.dev, self.name(1, 1, 4, 4)) is not None
 
     def mm(self, x, w_, out, nt: int, j: int, warps: int, pdl: bool):
         m, k = x.shape
-        n = w_.shape[0]
-        name = self.name(m, nt, j, warps)
         mt = next(v for v in SKINNY_MT if 16 * v >= m)
-        shared = 16 * mt * (32 * j + 32) * 2
-        if name not in self.ready:
-            cuda, fn = self.qk._kernel(self.dev, name)
-            ok(cuda.cuFuncSetAttribute(fn, 8, shared), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES
-            self.ready.add(name)
-        slices = k // (32 * j)
-        assert slices * m * n <= self.ws.numel() and m <= 16 * SKINNY_MT[-1]
-        p = self.qk._ptr
-        self.qk._launch(name, self.dev, (n // (8 * nt * warps), slices), 32 * warps,
-                        [p(x), ctypes.c_int(m), p(w_), ctypes.c_int(n), ctypes.c_int(k), p(out), p(self.ws),
-                         p(self.tickets)], shared=shared, pdl=pdl)
+        self.name(mt, nt, j, warps)  # its cubin known to the launcher
+        assert k // (32 * j) * m * w_.shape[0] <= self.ws.numel() and m <= 16 * SKINNY_MT[-1]
+        self.qk.skinny_launch(x, w_, out, self.ws, self.tickets, j, warps, mt, nt, pdl)
 
 
 def skinny_probe(sizes, layers=28):

@@ -545,3 +545,19 @@ def test_skinny_shapes_and_entry_points():
     named = [n for n, f in kk.CUBINS.items() if f == "skinny_gemm.cubin"]
     assert named and all(("1", m.group(1)) in built for n in named if (m := re.fullmatch(r"skinny_m1_n1_j(\d+)_w8", n)))
     assert all(re.fullmatch(r"skinny_m1_n1_j(8|16|32)_w8", n) for n in named)
+
+
+def test_skinny_launch_geometry_on_the_cpu(monkeypatch):
+    """qk_kernel.skinny_launch's grid, block and shared bytes for the model's shape (64 features a block, one K slice
+    of 32 J a grid row) and a probe's (NT feature groups a warp, MT row tiles), handed to the launcher; the kernel's
+    own index arithmetic (skinny_gemm.cu) assumes exactly these."""
+    from minisgl_edu.model import qk_kernel as kk
+    seen = []
+    monkeypatch.setattr(kk, "_launch", lambda name, dev, blocks, threads, args, shared=0, pdl=False:
+                        seen.append((name, blocks, threads, shared, pdl, [a.value for a in args[1:5:2]])))
+    x, w = torch.zeros(4, 3072, dtype=torch.bfloat16), torch.zeros(1024, 3072, dtype=torch.bfloat16)
+    out = torch.zeros(4, 1024, dtype=torch.bfloat16)
+    kk.skinny_launch(x, w, out, out, out, kk.skinny_j(1024, 3072))
+    kk.skinny_launch(x, w, out, out, out, 8, warps=4, mt=2, nt=2, pdl=False)
+    assert seen == [("skinny_m1_n1_j32_w8", (16, 3), 256, 16 * 1056 * 2, True, [4, 1024]),
+                    ("skinny_m2_n2_j8_w4", (16, 12), 128, 32 * 288 * 2, False, [4, 1024])]

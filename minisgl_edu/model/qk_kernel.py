@@ -236,8 +236,7 @@ def skinny(x: torch.Tensor, w: torch.Tensor, pdl: bool = True) -> torch.Tensor |
             or x.data_ptr() % 16 or w.data_ptr() % 16 or (j := skinny_j(w.shape[0], k)) is None:
         return None
     n, slices = w.shape[0], k // (32 * j)
-    name = f"skinny_m1_n1_j{j}_w{SKINNY_WARPS}"
-    if slices * m * n > SKINNY_WS or _kernel(x.device, name) is None:
+    if slices * m * n > SKINNY_WS or _kernel(x.device, f"skinny_m1_n1_j{j}_w{SKINNY_WARPS}") is None:
         return None
     idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
     key = (idx, torch.cuda.current_stream(x.device).cuda_stream)
@@ -250,8 +249,25 @@ def skinny(x: torch.Tensor, w: torch.Tensor, pdl: bool = True) -> torch.Tensor |
     if n // (8 * SKINNY_WARPS) > len(tickets):
         return None
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    shared = 16 * (32 * j + 32) * 2  # x's slice, 16 rows padded by 64 bytes each: at most 33 KB, no opt-in needed
-    _launch(name, x.device, (n // (8 * SKINNY_WARPS), slices), 32 * SKINNY_WARPS,
+    skinny_launch(x, w, out, ws, tickets, j, pdl=pdl)
+    return out
+
+
+_OPTED_IN: set[tuple[torch.device, str]] = set()  # (device, kernel) allowed more than 48 KB of dynamic shared memory
+
+
+def skinny_launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ws: torch.Tensor, tickets: torch.Tensor, j: int,
+                  warps: int = SKINNY_WARPS, mt: int = 1, nt: int = 1, pdl: bool = True) -> None:
+    """One launch of skinny_gemm.cu's shape (mt 16-row tiles, nt groups of 8 features a warp, K slices of 32 j,
+    `warps` warps a block) writing x @ w.T into out; the model's is the default one (skinny), the probe
+    (benchmarks/lt_probe.py --skinny) launches every shape built through here."""
+    (m, k), n = x.shape, w.shape[0]
+    name = f"skinny_m{mt}_n{nt}_j{j}_w{warps}"
+    shared = 16 * mt * (32 * j + 32) * 2  # x's slice, 16 mt rows padded by 64 bytes each (the model's: at most 33 KB)
+    if shared > 48 * 1024 and (x.device, name) not in _OPTED_IN:  # the probe's shapes of more than 48 rows
+        cuda, fn = _kernel(x.device, name)
+        _check(cuda.cuFuncSetAttribute(fn, 8, shared), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES
+        _OPTED_IN.add((x.device, name))
+    _launch(name, x.device, (n // (8 * nt * warps), k // (32 * j)), 32 * warps,
             [_ptr(x), ctypes.c_int(m), _ptr(w), ctypes.c_int(n), ctypes.c_int(k), _ptr(out), _ptr(ws), _ptr(tickets)],
             shared=shared, pdl=pdl)
-    return out
