@@ -308,24 +308,28 @@ def _skinny_plan(device: torch.device, stream: int, n: int, k: int, pdl: bool) -
     return _SkinnyPlan(device, stream, n, k, j, *_SKINNY[device.index, stream], pdl)
 
 
-def skinny_geometry(n: int, k: int, j: int, warps: int = SKINNY_WARPS, mt: int = 1, nt: int = 1) \
+def skinny_geometry(n: int, k: int, j: int, warps: int = SKINNY_WARPS, mt: int = 1, nt: int = 1, swap: bool = False) \
         -> tuple[str, tuple[int, int], int, int]:
     """skinny_gemm.cu's entry point, grid (feature tiles, K slices), threads and shared bytes for a [n, k] weight,
-    K slices of 32 j, `warps` warps of nt groups of 8 features, mt 16-row tiles."""
-    shared = 16 * mt * (32 * j + 32) * 2  # x's slice, 16 mt rows padded by 64 bytes each (the model's: at most 33 KB)
-    return f"skinny_m{mt}_n{nt}_j{j}_w{warps}", (n // (8 * nt * warps), k // (32 * j)), 32 * warps, shared
+    K slices of 32 j, `warps` warps of nt groups of 8 features, mt 16-row tiles; swap (the probe's skinny_t): warps of
+    nt tiles of 16 features, mt tiles of 8 rows."""
+    rows, feats = (8 * mt, 16 * nt) if swap else (16 * mt, 8 * nt)
+    shared = rows * (32 * j + 32) * 2  # x's slice, its rows padded by 64 bytes each (the model's: at most 33 KB)
+    name = f"skinnyt_r{mt}_f{nt}_j{j}_w{warps}" if swap else f"skinny_m{mt}_n{nt}_j{j}_w{warps}"
+    return name, (n // (feats * warps), k // (32 * j)), 32 * warps, shared
 
 
 _OPTED_IN: set[tuple[torch.device, str]] = set()  # (device, kernel) allowed more than 48 KB of dynamic shared memory
 
 
 def skinny_launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ws: torch.Tensor, tickets: torch.Tensor, j: int,
-                  warps: int = SKINNY_WARPS, mt: int = 1, nt: int = 1, pdl: bool = True) -> None:
+                  warps: int = SKINNY_WARPS, mt: int = 1, nt: int = 1, pdl: bool = True, swap: bool = False) -> None:
     """One launch of skinny_gemm.cu's shape (mt 16-row tiles, nt groups of 8 features a warp, K slices of 32 j,
-    `warps` warps a block) writing x @ w.T into out, for the probe (benchmarks/lt_probe.py --skinny), which times
-    every shape built; the model launches its one shape through a plan (skinny) with the same geometry."""
+    `warps` warps a block; swap: skinny_t's, see skinny_geometry) writing x @ w.T into out, for the probe
+    (benchmarks/lt_probe.py --skinny), which times every shape built; the model launches its one shape through a
+    plan (skinny) with the same geometry."""
     (m, k), n = x.shape, w.shape[0]
-    name, blocks, threads, shared = skinny_geometry(n, k, j, warps, mt, nt)
+    name, blocks, threads, shared = skinny_geometry(n, k, j, warps, mt, nt, swap)
     if shared > 48 * 1024 and (x.device, name) not in _OPTED_IN:  # the probe's shapes of more than 48 rows
         cuda, fn = _kernel(x.device, name)
         _check(cuda.cuFuncSetAttribute(fn, 8, shared), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES

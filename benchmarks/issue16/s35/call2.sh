@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 35, call 2: skinny_gemm on by default, its launch made once a shape (_SkinnyPlan): the whole GPU test suite
-# with it on, batch 2/8/16 on and off (graph and eager step, alternating), and on an H200 P1 and P2 at this commit.
+# with it on, batch 2/8/16 on and off (graph and eager step, alternating), the probe of skinny_t (the operands swapped)
+# at 16-128 rows beside skinny and cuBLAS, and on an H200 P1 and P2 at this commit.
 export MINISGL_CUBIN_DIR=$PWD/.gpu/kernels
 source scripts/gpu_env.sh
 LOG=$OUT/call.log
@@ -11,6 +12,7 @@ for i in 1 2; do
   r timeout 45 python3 benchmarks/profile_decode.py skinny_on --bs 2,8,16 --json $OUT/profile.jsonl
   r timeout 45 python3 benchmarks/profile_decode.py skinny_off --no-skinny-gemm --bs 2,8,16 --json $OUT/profile.jsonl
 done
+r timeout 240 python3 benchmarks/lt_probe.py --skinny --sm 16,32,64,128 --json $OUT/skinny.json
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   r timeout 200 python3 benchmarks/bench_gpu.py p1 p2
   cp benchmarks/results.json $OUT/results.json
