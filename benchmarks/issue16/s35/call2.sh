@@ -12,9 +12,9 @@ for i in 1 2; do
   r timeout 45 python3 benchmarks/profile_decode.py skinny_on --bs 2,8,16 --json $OUT/profile.jsonl
   r timeout 45 python3 benchmarks/profile_decode.py skinny_off --no-skinny-gemm --bs 2,8,16 --json $OUT/profile.jsonl
 done
-r timeout 240 python3 benchmarks/lt_probe.py --skinny --sm 16,32,64,128 --json $OUT/skinny.json
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   r timeout 200 python3 benchmarks/bench_gpu.py p1 p2
   cp benchmarks/results.json $OUT/results.json
 fi
+r timeout 240 python3 benchmarks/lt_probe.py --skinny --sm 16,32,64,128 --json $OUT/skinny.json
 echo done >>$LOG
