@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Session 35, call 3 (call 2 with one profile pair and a shorter probe, for the device time left): skinny_gemm on by default, its launch made once a shape (_SkinnyPlan): the whole GPU test suite
+# with it on, batch 2/8/16 on and off (graph and eager step, alternating), the probe of skinny_t (the operands swapped)
+# at 16-128 rows beside skinny and cuBLAS, and on an H200 P1 and P2 at this commit.
+export MINISGL_CUBIN_DIR=$PWD/.gpu/kernels
+source scripts/gpu_env.sh
+LOG=$OUT/call.log
+r() { echo "=== $* ($(date -u +%T))" >>$LOG; "$@" >>$LOG 2>&1; echo "=== rc=$?" >>$LOG; }
+r nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+r timeout 150 python3 -m pytest -q tests/gpu -p no:cacheprovider -rfs
+for i in 1; do
+  r timeout 45 python3 benchmarks/profile_decode.py skinny_on --bs 2,8,16 --json $OUT/profile.jsonl
+  r timeout 45 python3 benchmarks/profile_decode.py skinny_off --no-skinny-gemm --bs 2,8,16 --json $OUT/profile.jsonl
+done
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+  r timeout 200 python3 benchmarks/bench_gpu.py p1 p2
+  cp benchmarks/results.json $OUT/results.json
+fi
+r timeout 240 python3 benchmarks/lt_probe.py --skinny --sm 16,32,64 --json $OUT/skinny.json
+echo done >>$LOG
