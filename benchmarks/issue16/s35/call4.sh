@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Not run in session 35 (no machine). Needs benchmarks/issue16/s35/skinny_default_and_swap.patch applied first.
 # Session 35, call 4 (the least device time left): the whole GPU test suite with skinny_gemm on by default and its
 # launch built once a shape (_SkinnyPlan), then batch 2/8/16 with it on and off once.
 export MINISGL_CUBIN_DIR=$PWD/.gpu/kernels
