@@ -29,6 +29,8 @@
    slice in shared memory, split-K across blocks with a deterministic last-block sum. Checks it against a float
    product, times every built (feature groups a warp, slice, warps) configuration with PDL on and off beside torch's product over 28
    layers' separate weights in a CUDA graph, then the four products of a layer in a row, as a layer runs them.
+   Session 35 adds skinny_t (`--skinny-kinds t`): the operands swapped, W's features the mma's 16 rows and x's rows
+   its 8 columns, so each x fragment read from shared memory feeds 1-2 feature tiles of 16 instead of one group of 8.
 """
 from __future__ import annotations
 
@@ -447,10 +449,23 @@ SKINNY_MT = (1, 2, 4, 6, 8)  # 16-row tiles skinny_gemm.cu is built for (m <= 12
 SKINNY_NJ = ((1, 4), (1, 8), (1, 16), (2, 4), (2, 8), (4, 4), (1, 32))  # (NT, J) built; (1, 32): K = 1024 unsplit
 
 
-def skinny_configs(n: int, k: int, m: int):
-    """(NT, J, warps) of skinny_gemm.cu that tile [n, k]: K slices of 32 J, 8 NT warps features a block."""
-    return [(nt, j, w) for nt, j in SKINNY_NJ for w in (4, 8) if k % (32 * j) == 0 and n % (8 * nt * w) == 0
-            and 16 * next(v for v in SKINNY_MT if 16 * v >= m) * (32 * j + 32) * 2 <= 227 * 1024]  # x slice fits
+SKINNY_RT = (2, 4, 8, 16)  # 8-row tiles skinny_t (the operands swapped, session 35) is built for (m <= 128)
+SKINNY_T_FJ = ((1, 8), (1, 16), (2, 4), (2, 8))  # (FT, J) built; (2, 8) up to 64 rows
+
+
+def skinny_tiles(m: int, swap: bool) -> int:
+    return next(v for v in SKINNY_RT if 8 * v >= m) if swap else next(v for v in SKINNY_MT if 16 * v >= m)
+
+
+def skinny_configs(n: int, k: int, m: int, kinds: str = "n,t"):
+    """(swap, NT or FT, J, warps) of skinny_gemm.cu that tile [n, k]: K slices of 32 J; skinny: 8 NT warps features
+    a block; skinny_t (swap): 16 FT warps."""
+    plain = [(False, nt, j, w) for nt, j in SKINNY_NJ for w in (4, 8) if k % (32 * j) == 0 and n % (8 * nt * w) == 0
+             and 16 * skinny_tiles(m, False) * (32 * j + 32) * 2 <= 227 * 1024]  # x slice fits
+    swapped = [(True, ft, j, w) for ft, j in SKINNY_T_FJ for w in (4, 8) if k % (32 * j) == 0
+               and n % (16 * ft * w) == 0 and not (ft == 2 and j == 8 and m > 64)
+               and 8 * skinny_tiles(m, True) * (32 * j + 32) * 2 <= 227 * 1024]
+    return (plain if "n" in kinds.split(",") else []) + (swapped if "t" in kinds.split(",") else [])
 
 
 class Skinny:
@@ -462,23 +477,23 @@ class Skinny:
         self.ws = torch.empty(32 * 128 * 6144, device=dev, dtype=torch.float32)
         self.tickets = torch.zeros(4096, device=dev, dtype=torch.int32)
 
-    def name(self, mt: int, nt: int, j: int, w: int) -> str:
-        name = f"skinny_m{mt}_n{nt}_j{j}_w{w}"
+    def name(self, mt: int, nt: int, j: int, w: int, swap: bool = False) -> str:
+        name = f"skinnyt_r{mt}_f{nt}_j{j}_w{w}" if swap else f"skinny_m{mt}_n{nt}_j{j}_w{w}"
         self.qk.CUBINS[name] = "skinny_gemm.cubin"  # built by scripts/build_fi_extra_kernels.sh
         return name
 
     def available(self) -> bool:
         return self.qk._kernel(self.dev, self.name(1, 1, 4, 4)) is not None
 
-    def mm(self, x, w_, out, nt: int, j: int, warps: int, pdl: bool):
+    def mm(self, x, w_, out, nt: int, j: int, warps: int, pdl: bool, swap: bool = False):
         m, k = x.shape
-        mt = next(v for v in SKINNY_MT if 16 * v >= m)
-        self.name(mt, nt, j, warps)  # its cubin known to the launcher
-        assert k // (32 * j) * m * w_.shape[0] <= self.ws.numel() and m <= 16 * SKINNY_MT[-1]
-        self.qk.skinny_launch(x, w_, out, self.ws, self.tickets, j, warps, mt, nt, pdl)
+        mt = skinny_tiles(m, swap)
+        self.name(mt, nt, j, warps, swap)  # its cubin known to the launcher
+        assert k // (32 * j) * m * w_.shape[0] <= self.ws.numel() and m <= 128
+        self.qk.skinny_launch(x, w_, out, self.ws, self.tickets, j, warps, mt, nt, pdl, swap)
 
 
-def skinny_probe(sizes, layers=28):
+def skinny_probe(sizes, layers=28, kinds="n,t"):
     dev = torch.device("cuda")
     sk = Skinny(dev)
     if not sk.available():
@@ -498,22 +513,23 @@ def skinny_probe(sizes, layers=28):
             err_torch = float((out.float() - ref).norm() / ref.norm())
             t_torch = graph_time(lambda i: torch.mm(x, w[name][i].T, out=out), layers)
             res = []
-            for nt, j, warps in skinny_configs(n, k, m):
+            for swap, nt, j, warps in skinny_configs(n, k, m, kinds):
                 out.fill_(float("nan"))
-                sk.mm(x, w[name][0], out, nt, j, warps, pdl=False)
+                sk.mm(x, w[name][0], out, nt, j, warps, False, swap)
                 first = out.clone()
-                sk.mm(x, w[name][0], out, nt, j, warps, pdl=True)
+                sk.mm(x, w[name][0], out, nt, j, warps, True, swap)
                 torch.cuda.synchronize()
                 err = float((out.float() - ref).norm() / ref.norm())
                 same = bool(torch.equal(first, out))
-                t = {pdl: graph_time(lambda i: sk.mm(x, w[name][i], out, nt, j, warps, pdl), layers)
+                t = {pdl: graph_time(lambda i: sk.mm(x, w[name][i], out, nt, j, warps, pdl, swap), layers)
                      for pdl in (False, True)}
-                res.append(dict(nt=nt, j=j, warps=warps, err=err, repeat_equal=same, us=t[False], us_pdl=t[True]))
+                res.append(dict(swap=swap, nt=nt, j=j, warps=warps, err=err, repeat_equal=same, us=t[False],
+                                us_pdl=t[True]))
             good = [r for r in res if r["err"] < 2e-2 and r["repeat_equal"]]
             b = min(good, key=lambda r: r["us_pdl"]) if good else None
             best[name] = b
             rows.append(dict(gemm=name, m=m, n=n, k=k, torch_us=t_torch, torch_err=err_torch, configs=res, best=b))
-            cfg = " | ".join(f"n{r['nt']}j{r['j']}w{r['warps']} {r['us']:5.2f}/{r['us_pdl']:5.2f}"
+            cfg = " | ".join(f"{'t' if r['swap'] else 'n'}{r['nt']}j{r['j']}w{r['warps']} {r['us']:5.2f}/{r['us_pdl']:5.2f}"
                              + ("" if r["err"] < 2e-2 and r["repeat_equal"] else f" BAD(err {r['err']:.1e}, rep {r['repeat_equal']})")
                              for r in res)
             print(f"skinny {name:>8} m={m:>4}: torch {t_torch:6.2f} µs (err {err_torch:.1e}), weights at 4.2 TB/s "
@@ -528,11 +544,11 @@ def skinny_probe(sizes, layers=28):
                         torch.mm(xs[name], w[name][i].T, out=ys[name])
                     else:
                         b = best[name]
-                        sk.mm(xs[name], w[name][i], ys[name], b["nt"], b["j"], b["warps"], how == "pdl")
+                        sk.mm(xs[name], w[name][i], ys[name], b["nt"], b["j"], b["warps"], how == "pdl", b["swap"])
             t = {how: graph_time(lambda i, how=how: layer(i, how), layers) for how in ("torch", "plain", "pdl")}
             floor = sum(n * k for n, k in SHAPES.values()) * 2 / 4.2e6
             rows.append(dict(gemm="layer", m=m, **{f"{h}_us": v for h, v in t.items()}, floor_us=floor,
-                             best={nm: (b["nt"], b["j"], b["warps"]) for nm, b in best.items()}))
+                             best={nm: (b["swap"], b["nt"], b["j"], b["warps"]) for nm, b in best.items()}))
             print(f"skinny layer m={m:>4}: torch {t['torch']:6.2f} µs | ours plain {t['plain']:6.2f} | ours pdl "
                   f"{t['pdl']:6.2f} | weights at 4.2 TB/s {floor:5.2f}", flush=True)
     return rows
@@ -546,6 +562,7 @@ def main():
     ap.add_argument("--l2", action="store_true")
     ap.add_argument("--skinny", action="store_true")
     ap.add_argument("--sm", default="16,32,48,64,96,128")
+    ap.add_argument("--skinny-kinds", default="n,t", help="n: skinny (x as the mma's A), t: skinny_t (swapped)")
     ap.add_argument("--xbs", default="1,8,32,64,128,144,160,192,256")
     ap.add_argument("--m", default="1,8,32,64,96,128,160,192,256")
     ap.add_argument("--bs", default="64,96,128,144,160,176,192,208,224,256")
@@ -562,7 +579,7 @@ def main():
     if args.l2:
         out["l2"] = l2_probe([int(v) for v in args.m.split(",")])
     if args.skinny:
-        out["skinny"] = skinny_probe([int(v) for v in args.sm.split(",")])
+        out["skinny"] = skinny_probe([int(v) for v in args.sm.split(",")], kinds=args.skinny_kinds)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

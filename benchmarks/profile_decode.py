@@ -1,7 +1,7 @@
 """Issue 16: the GPU kernels of one decode step at batch 1 (Qwen3-0.6B architecture, dummy weights, bf16).
 
     python benchmarks/profile_decode.py TAG [--plain] [--no-qk-kernel] [--lean-off] [--small-m] [--blas cublaslt] [--bs 1,64]
-                                           [--json OUT.jsonl] [--timeline SPANS.jsonl] [--no-pdl] [--skinny-gemm]
+                                           [--json OUT.jsonl] [--timeline SPANS.jsonl] [--no-pdl] [--no-skinny-gemm]
 
 Profiles one eager step (engine.forward without graphs) and one CUDA-graph replay with torch.profiler,
 prints every distinct kernel with its count per step and mean time, the kernels of one decoder layer in
@@ -10,7 +10,7 @@ launch order (cut out of the replay between two launches of the attention kernel
 --no-qk-kernel: FlashInfer's kernels for q/k norm, RoPE and the K/V copy instead of our one-launch kernel;
 --lean-off: the plain step (lean_step=False); --small-m: our kernels for <= 8 rows (o_proj; SiLU-and-mul +
 down GEMM in one launch); --blas cublaslt: the GEMMs through cuBLASLt (set before capture); --no-pdl: our GEMVs
-launched plainly; --skinny-gemm: our tensor-core GEMM for 2-16 rows, not cuBLAS; --timeline: each replay's
+launched plainly; --no-skinny-gemm: cuBLAS for 2-16 rows, not our tensor-core GEMM; --timeline: each replay's
 kernels with their start and end (chapter 7's PDL figure).
 """
 from __future__ import annotations
@@ -76,7 +76,7 @@ def main() -> None:
     ap.add_argument("--lean-off", action="store_true", help="lean_step=False (the plain step's host work)")
     ap.add_argument("--no-gemv-kernel", dest="gemv_kernel", action="store_false", help="cuBLAS at one row, not our GEMV")
     ap.add_argument("--no-pdl", dest="pdl", action="store_false", help="our GEMVs launched plainly (no programmatic dependent launch)")
-    ap.add_argument("--skinny-gemm", action="store_true", help="skinny_gemm.cu for 2-16 rows, not cuBLAS")
+    ap.add_argument("--no-skinny-gemm", dest="skinny_gemm", action="store_false", help="cuBLAS for 2-16 rows, not skinny_gemm.cu")
     args = ap.parse_args()
     if args.blas:
         torch.backends.cuda.preferred_blas_library(args.blas)
@@ -85,7 +85,7 @@ def main() -> None:
     sizes = [int(b) for b in args.bs.split(",")]
     switches = {**({"fused_kernels": False} if args.plain else {}), **({"qk_kernel": False} if args.no_qk_kernel else {}),
                 **({"gemv_kernel": False} if not args.gemv_kernel else {}), **({"pdl": False} if not args.pdl else {}),
-                **({"lean_step": False} if args.lean_off else {}), **({"skinny_gemm": True} if args.skinny_gemm else {})}
+                **({"lean_step": False} if args.lean_off else {}), **({"skinny_gemm": False} if not args.skinny_gemm else {})}
     llm = LLM(QWEN, device="cuda", dummy_weights=True, max_running_reqs=max(sizes), cuda_graph_max_bs=max(sizes),
               max_total_tokens=max(sizes) * 1100 + 4096, **switches)  # only the switches given: "before" code lacks them
     eng = llm.engine

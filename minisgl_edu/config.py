@@ -35,7 +35,7 @@ class EngineConfig:
     qk_kernel: bool = True  # with fused_kernels: our one-launch q/k norm + RoPE + K/V store; False: FlashInfer's
     gemv_kernel: bool = True  # with fused_kernels: one row through our GEMV, SiLU-and-mul + down in one launch; False: cuBLAS
     pdl: bool = True  # with gemv_kernel: programmatic dependent launch, each GEMV's weights load while the kernel before it ends (chapter 7)
-    skinny_gemm: bool = False  # with fused_kernels and pdl: 2-16 rows through our tensor-core GEMM (skinny_gemm.cu); opt-in until measured in the model (chapter 7)
+    skinny_gemm: bool = True  # with fused_kernels and pdl: 2-16 rows through our tensor-core GEMM (skinny_gemm.cu); False: cuBLAS (chapter 7)
     moe_impl: str | None = None  # "reference" | "grouped" (chapter 10); None: reference on CPU, grouped on CUDA
     lean_step: bool = True  # skip per-step work no request needs (sampling controls, float32 logits); False: the plain step
     warm_start: bool = True  # CUDA: replay each graph once and run the LM head at every row count before serving; False: first uses pay

@@ -50,8 +50,8 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
                     help="cuBLAS for a one-row decode step's products instead of our GEMV")
     ap.add_argument("--no-pdl", dest="pdl", action="store_false",
                     help="launch our GEMVs plainly, not with programmatic dependent launch (weights loaded early)")
-    ap.add_argument("--skinny-gemm", dest="skinny_gemm", action="store_true",
-                    help="our tensor-core GEMM for the products of 2-16 rows instead of cuBLAS (with PDL; chapter 7)")
+    ap.add_argument("--no-skinny-gemm", dest="skinny_gemm", action="store_false",
+                    help="cuBLAS for the products of 2-16 rows instead of our tensor-core GEMM (chapter 7)")
     ap.add_argument("--no-warm-start", dest="warm_start", action="store_false",
                     help="serve without first replaying every CUDA graph and running the LM head at every row count "
                          "(each one's first use then stalls a step by ms)")

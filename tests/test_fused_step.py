@@ -8,6 +8,7 @@ same tokens, finish reasons and logprobs either way.
 """
 from __future__ import annotations
 
+import ctypes
 import time
 
 import numpy as np
@@ -561,3 +562,52 @@ def test_skinny_launch_geometry_on_the_cpu(monkeypatch):
     kk.skinny_launch(x, w, out, out, out, 8, warps=4, mt=2, nt=2, pdl=False)
     assert seen == [("skinny_m1_n1_j32_w8", (16, 3), 256, 16 * 1056 * 2, True, [4, 1024]),
                     ("skinny_m2_n2_j8_w4", (16, 12), 128, 32 * 288 * 2, False, [4, 1024])]
+
+
+def check_skinny_plan(plan_cls, monkeypatch) -> None:
+    """A skinny plan (qk_kernel._SkinnyPlan, made once a (device, stream, n, k)) hands the launcher skinny_geometry's
+    grid, block and shared bytes, and each call the kernel's arguments in skinny_gemm.cu's order: x, m, w, n, k, out,
+    the workspace, the tickets; a second call with other tensors launches with their pointers, not the first's."""
+    from minisgl_edu.model import qk_kernel as kk
+    launched = []
+
+    class Recorder:
+        def __init__(self, name, device, blocks, threads, shared=0, pdl=False, stream=None):
+            self.made = (name, blocks, threads, shared, pdl, stream)
+
+        def __call__(self, params):
+            launched.append([ctypes.cast(params[i], ctypes.POINTER(t)).contents.value
+                             for i, t in enumerate((ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                                    ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p))])
+
+    monkeypatch.setattr(kk, "_Launch", Recorder)
+    ws, tickets = torch.zeros(8), torch.zeros(4, dtype=torch.int32)
+    plan = plan_cls(torch.device("cpu"), 77, 1024, 3072, kk.skinny_j(1024, 3072), ws, tickets, True)
+    name, blocks, threads, shared = kk.skinny_geometry(1024, 3072, 32)
+    assert plan.launch.made == (name, blocks, threads, shared, True, 77) and plan.slices == blocks[1] == 3
+    for m in (4, 2):
+        x, w, out = torch.zeros(m, 3072), torch.zeros(1024, 3072), torch.zeros(m, 1024)
+        plan(x, m, w, out)
+        assert launched[-1] == [x.data_ptr(), m, w.data_ptr(), 1024, 3072, out.data_ptr(), ws.data_ptr(),
+                                tickets.data_ptr()]
+
+
+def test_skinny_plan_arguments_on_the_cpu(monkeypatch):
+    from minisgl_edu.model import qk_kernel as kk
+    check_skinny_plan(kk._SkinnyPlan, monkeypatch)
+
+    class SwappedNK(kk._SkinnyPlan):  # a wrong plan: n and k in each other's place
+        def __init__(self, device, stream, n, k, j, ws, tickets, pdl):
+            super().__init__(device, stream, n, k, j, ws, tickets, pdl)
+            self.args[3].value, self.args[4].value = k, n
+
+    class FirstPointers(kk._SkinnyPlan):  # a wrong plan: the first call's pointers kept
+        def __call__(self, x, m, w, out):
+            if self.args[0].value is None:
+                super().__call__(x, m, w, out)
+            else:
+                self.launch(self.params)
+
+    for wrong in (SwappedNK, FirstPointers):
+        with pytest.raises(AssertionError):
+            check_skinny_plan(wrong, monkeypatch)

@@ -368,7 +368,7 @@ def test_flags_are_config_fields_with_one_default(model_path):
     assert cfg == plain and not shell and cfg.served_name == os.path.basename(model_path)
     cfg, _ = parse_args(["--model", model_path, "--device", "cpu", "--attention", "reference", "--no-fused-kernels",
                          "--no-overlap", "--context-length", "100", "--page-size", "4", "--hop-log", "h.jsonl",
-                         "--moe-impl", "grouped", "--no-qk-kernel", "--no-gemv-kernel", "--no-pdl", "--skinny-gemm",
+                         "--moe-impl", "grouped", "--no-qk-kernel", "--no-gemv-kernel", "--no-pdl", "--no-skinny-gemm",
                          "--no-warm-start",
                          "--no-early-receive", "--early-admit", "--http-parser", "h11", "--gc-threshold", "700",
                          "--no-reply-socket"])

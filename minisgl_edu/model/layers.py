@@ -23,7 +23,7 @@ class Kernels:
     moe: str | None = None  # "reference" | "grouped" (model/moe.py); None: reference on CPU, grouped on CUDA
     gemv: bool = True  # under `fused`: one row (a batch-1 decode step) through our GEMV (gemv.cu); False: cuBLAS
     pdl: bool = True  # our GEMVs launched with programmatic dependent launch (weights loaded early); False: plain launches
-    skinny: bool = False  # under `fused` and `pdl`: 2-16 rows through our tensor-core GEMM (skinny_gemm.cu); False: cuBLAS
+    skinny: bool = True  # under `fused` and `pdl`: 2-16 rows through our tensor-core GEMM (skinny_gemm.cu); False: cuBLAS
 
 
 KERNELS = Kernels()
@@ -31,7 +31,7 @@ _FUSED = False  # the flashinfer module once imported; None where it is absent (
 
 
 def use_kernels(fused: bool = True, qk: bool = True, moe: str | None = None, gemv: bool = True, pdl: bool = True,
-                skinny: bool = False) -> None:
+                skinny: bool = True) -> None:
     """The one place the kernel switches are applied. One process, one setting: the engine built last decides."""
     if moe not in (None, "reference", "grouped"):
         raise ValueError(f"moe_impl must be 'reference' or 'grouped', got {moe!r}")

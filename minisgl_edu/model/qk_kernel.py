@@ -66,20 +66,38 @@ class LaunchConfig(ctypes.Structure):  # cuda.h's CUlaunchConfig
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
 
 
+class _Launch:
+    """One kernel's launch on one stream, its configuration built once: `_launch` makes one a call; the model's
+    skinny GEMM keeps one a shape (a plan), so a hot kernel pays the host only for its arguments."""
+
+    def __init__(self, name: str, device: torch.device, blocks: int | tuple[int, int], threads: int, shared: int = 0,
+                 pdl: bool = False, stream: int | None = None) -> None:
+        self.cuda, self.fn = _kernel(device, name)
+        self.stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream if stream is None else stream)
+        self.bx, self.by = blocks if isinstance(blocks, tuple) else (blocks, 1)
+        self.threads, self.shared, self.pdl = threads, shared, pdl
+        if pdl:
+            self.attr = LaunchAttribute(id=LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)  # kept alive
+            self.config = LaunchConfig((self.bx, self.by, 1), (threads, 1, 1), shared, self.stream,
+                                       ctypes.pointer(self.attr), 1)
+
+    def __call__(self, params) -> None:  # params: void** kernelParams (the driver copies the values at launch)
+        if not self.pdl:
+            _check(self.cuda.cuLaunchKernel(self.fn, self.bx, self.by, 1, self.threads, 1, 1, self.shared, self.stream,
+                                            params, None), "cuLaunchKernel")
+        else:
+            _check(self.cuda.cuLaunchKernelEx(ctypes.byref(self.config), self.fn, params, None), "cuLaunchKernelEx")
+
+
+def _params(args: list):
+    return (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])
+
+
 def _launch(name: str, device: torch.device, blocks: int | tuple[int, int], threads: int, args: list,
             shared: int = 0, pdl: bool = False) -> None:
     """Launch a cubin's kernel on the current stream; pdl=True (only for kernels that griddepcontrol.wait before
     reading what the kernel before them wrote): with programmatic stream serialization."""
-    cuda, fn = _kernel(device, name)
-    params = (ctypes.c_void_p * len(args))(*[ctypes.addressof(a) for a in args])  # void** kernelParams
-    stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
-    bx, by = blocks if isinstance(blocks, tuple) else (blocks, 1)
-    if not pdl:
-        _check(cuda.cuLaunchKernel(fn, bx, by, 1, threads, 1, 1, shared, stream, params, None), "cuLaunchKernel")
-        return
-    attr = LaunchAttribute(id=LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, value=1)
-    config = LaunchConfig((bx, by, 1), (threads, 1, 1), shared, stream, ctypes.pointer(attr), 1)
-    _check(cuda.cuLaunchKernelEx(ctypes.byref(config), fn, params, None), "cuLaunchKernelEx")
+    _Launch(name, device, blocks, threads, shared, pdl)(_params(args))
 
 
 def _ptr(t: torch.Tensor | None) -> ctypes.c_void_p:
@@ -233,41 +251,89 @@ def skinny(x: torch.Tensor, w: torch.Tensor, pdl: bool = True) -> torch.Tensor |
     m, k = x.shape if x.dim() == 2 else (0, 0)
     if not 2 <= m <= SKINNY_ROWS or not x.is_cuda or x.dtype != torch.bfloat16 or w.dtype != x.dtype \
             or not x.is_contiguous() or not w.is_contiguous() or w.dim() != 2 or w.shape[1] != k \
-            or x.data_ptr() % 16 or w.data_ptr() % 16 or (j := skinny_j(w.shape[0], k)) is None:
+            or x.data_ptr() % 16 or w.data_ptr() % 16:
         return None
-    n, slices = w.shape[0], k // (32 * j)
-    if slices * m * n > SKINNY_WS or _kernel(x.device, f"skinny_m1_n1_j{j}_w{SKINNY_WARPS}") is None:
-        return None
-    idx = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    key = (idx, torch.cuda.current_stream(x.device).cuda_stream)
-    if key not in _SKINNY:
-        if torch.cuda.is_current_stream_capturing():  # not inside a graph's pool: the graph's eager warm-up made it
-            return None
-        _SKINNY[key] = (torch.empty(SKINNY_WS, dtype=torch.float32, device=x.device),
-                        torch.zeros(1024, dtype=torch.int32, device=x.device))
-    ws, tickets = _SKINNY[key]
-    if n // (8 * SKINNY_WARPS) > len(tickets):
+    n = w.shape[0]
+    key = (x.device.index, _raw_stream(x.device), n, k, pdl)
+    plan = _SKINNY_PLANS.get(key, False)
+    if plan is False:
+        plan = _skinny_plan(x.device, key[1], n, k, pdl)
+        if plan is None and torch.cuda.is_current_stream_capturing():
+            return None  # no workspace yet on the capture stream: cuBLAS, and ask again next time
+        _SKINNY_PLANS[key] = plan
+    if plan is None or plan.slices * m * n > SKINNY_WS:
         return None
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    skinny_launch(x, w, out, ws, tickets, j, pdl=pdl)
+    plan(x, m, w, out)
     return out
+
+
+def _raw_stream(device: torch.device) -> int:
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what current_stream().cuda_stream reads, cheaper
+    return get(device.index) if get is not None else torch.cuda.current_stream(device).cuda_stream
+
+
+class _SkinnyPlan:
+    """skinny_gemm.cu's model shape for one (device, stream, n, k): its launch and the arguments that do not change,
+    made once; a call sets x, m, w and out and launches."""
+
+    def __init__(self, device: torch.device, stream: int, n: int, k: int, j: int, ws: torch.Tensor,
+                 tickets: torch.Tensor, pdl: bool) -> None:
+        name, blocks, threads, shared = skinny_geometry(n, k, j)
+        self.launch = _Launch(name, device, blocks, threads, shared, pdl, stream)
+        self.slices = blocks[1]
+        self.args = [ctypes.c_void_p(), ctypes.c_int(), ctypes.c_void_p(), ctypes.c_int(n), ctypes.c_int(k),
+                     ctypes.c_void_p(), _ptr(ws), _ptr(tickets)]
+        self.params = _params(self.args)
+        self.keep = (ws, tickets)
+
+    def __call__(self, x: torch.Tensor, m: int, w: torch.Tensor, out: torch.Tensor) -> None:
+        a = self.args  # one host thread launches on a (device, stream): the values are copied at launch
+        a[0].value, a[1].value, a[2].value, a[5].value = x.data_ptr(), m, w.data_ptr(), out.data_ptr()
+        self.launch(self.params)
+
+
+_SKINNY_PLANS: dict[tuple, _SkinnyPlan | None] = {}  # (device index, stream, n, k, pdl) -> plan; None: cuBLAS
+
+
+def _skinny_plan(device: torch.device, stream: int, n: int, k: int, pdl: bool) -> _SkinnyPlan | None:
+    j = skinny_j(n, k)
+    if j is None or _kernel(device, f"skinny_m1_n1_j{j}_w{SKINNY_WARPS}") is None or n // (8 * SKINNY_WARPS) > 1024:
+        return None
+    if (device.index, stream) not in _SKINNY:
+        if torch.cuda.is_current_stream_capturing():  # not inside a graph's pool: the graph's eager warm-up made it
+            return None
+        _SKINNY[device.index, stream] = (torch.empty(SKINNY_WS, dtype=torch.float32, device=device),
+                                         torch.zeros(1024, dtype=torch.int32, device=device))
+    return _SkinnyPlan(device, stream, n, k, j, *_SKINNY[device.index, stream], pdl)
+
+
+def skinny_geometry(n: int, k: int, j: int, warps: int = SKINNY_WARPS, mt: int = 1, nt: int = 1, swap: bool = False) \
+        -> tuple[str, tuple[int, int], int, int]:
+    """skinny_gemm.cu's entry point, grid (feature tiles, K slices), threads and shared bytes for a [n, k] weight,
+    K slices of 32 j, `warps` warps of nt groups of 8 features, mt 16-row tiles; swap (the probe's skinny_t): warps of
+    nt tiles of 16 features, mt tiles of 8 rows."""
+    rows, feats = (8 * mt, 16 * nt) if swap else (16 * mt, 8 * nt)
+    shared = rows * (32 * j + 32) * 2  # x's slice, its rows padded by 64 bytes each (the model's: at most 33 KB)
+    name = f"skinnyt_r{mt}_f{nt}_j{j}_w{warps}" if swap else f"skinny_m{mt}_n{nt}_j{j}_w{warps}"
+    return name, (n // (feats * warps), k // (32 * j)), 32 * warps, shared
 
 
 _OPTED_IN: set[tuple[torch.device, str]] = set()  # (device, kernel) allowed more than 48 KB of dynamic shared memory
 
 
 def skinny_launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ws: torch.Tensor, tickets: torch.Tensor, j: int,
-                  warps: int = SKINNY_WARPS, mt: int = 1, nt: int = 1, pdl: bool = True) -> None:
+                  warps: int = SKINNY_WARPS, mt: int = 1, nt: int = 1, pdl: bool = True, swap: bool = False) -> None:
     """One launch of skinny_gemm.cu's shape (mt 16-row tiles, nt groups of 8 features a warp, K slices of 32 j,
-    `warps` warps a block) writing x @ w.T into out; the model's is the default one (skinny), the probe
-    (benchmarks/lt_probe.py --skinny) launches every shape built through here."""
+    `warps` warps a block; swap: skinny_t's, see skinny_geometry) writing x @ w.T into out, for the probe
+    (benchmarks/lt_probe.py --skinny), which times every shape built; the model launches its one shape through a
+    plan (skinny) with the same geometry."""
     (m, k), n = x.shape, w.shape[0]
-    name = f"skinny_m{mt}_n{nt}_j{j}_w{warps}"
-    shared = 16 * mt * (32 * j + 32) * 2  # x's slice, 16 mt rows padded by 64 bytes each (the model's: at most 33 KB)
+    name, blocks, threads, shared = skinny_geometry(n, k, j, warps, mt, nt, swap)
     if shared > 48 * 1024 and (x.device, name) not in _OPTED_IN:  # the probe's shapes of more than 48 rows
         cuda, fn = _kernel(x.device, name)
         _check(cuda.cuFuncSetAttribute(fn, 8, shared), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES
         _OPTED_IN.add((x.device, name))
-    _launch(name, x.device, (n // (8 * nt * warps), k // (32 * j)), 32 * warps,
+    _launch(name, x.device, blocks, threads,
             [_ptr(x), ctypes.c_int(m), _ptr(w), ctypes.c_int(n), ctypes.c_int(k), _ptr(out), _ptr(ws), _ptr(tickets)],
             shared=shared, pdl=pdl)
