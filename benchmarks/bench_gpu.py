@@ -557,6 +557,19 @@ def split_sizes(eng, ctx: int = 1024) -> dict[int, bool]:
     return out
 
 
+def no_skinny(bw: float) -> None:
+    """The naive twin of the 2-16-row GEMM (skinny_gemm=False: every product through cuBLAS), beside the default's P1
+    and P2 in the same run: decode steps of 2, 8 and 16 requests, then P1 (session 36)."""
+    print("\nNOSKINNY experiment: every product through cuBLAS (skinny_gemm=False)", flush=True)
+    experiment(bw, "noskinny", (2, 8, 16), skinny_gemm=False)
+
+
+def skinny(bw: float) -> None:
+    """The default engine (the 2-16-row GEMM on) at noskinny's sizes, for its P2 side: P1 is the run's own p1."""
+    print("\nSKINNY experiment: the default (skinny_gemm=True) at 2, 8 and 16 requests", flush=True)
+    experiment(bw, "skinny", (2, 8, 16), with_p1=False)
+
+
 def no_split(bw: float) -> None:
     """Experiment: decode graphs padded past FlashInfer's partition-KV sizes. Call 1's profile (session 18): at 128
     requests of 1,024 keys the graph's decode kernel took 136.8 us a layer plus a 3.4 us merge, where the eager kernel
@@ -833,7 +846,7 @@ def write_results() -> None:
 # experiments: each builds its own engine, after the default one is freed
 EXPERIMENTS = {"wave": wave, "lt": blaslt, "nogemv": no_gemv, "gemvrow": gemv_row, "tc": tensor_core_decode,
                "nobal": no_balanced, "leanbal": lean_balanced, "paged": paged, "nosplit": no_split, "pagedp1": paged_p1,
-               "free": free}
+               "free": free, "skinny": skinny, "noskinny": no_skinny}
 PARTS = {"p1", "p1b", "p2", "p4", "pf", "tokens", "lean", "gemm", "gemv", "splitk", "p2x", *EXPERIMENTS}
 
 

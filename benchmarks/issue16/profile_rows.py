@@ -1,20 +1,21 @@
-"""Session 35: profile_decode.py's JSON lines (skinny GEMM on/off) into benchmarks/results.json rows.
+"""profile_decode.py's JSON lines (skinny GEMM on/off) into benchmarks/results.json rows, named PREFIX_TAG_bsN_...
+(sessions 35 and 36).
 
-    python benchmarks/issue16/s35/rows.py PROFILE.jsonl HARDWARE COMMIT DATE COMMAND
+    python benchmarks/issue16/profile_rows.py PREFIX PROFILE.jsonl HARDWARE COMMIT DATE COMMAND
 """
 import json
 import pathlib
 import sys
 
-path, hardware, commit, date, command = sys.argv[1:6]
-results = pathlib.Path(__file__).resolve().parents[2] / "results.json"
+prefix, path, hardware, commit, date, command = sys.argv[1:7]
+results = pathlib.Path(__file__).resolve().parents[1] / "results.json"
 rows = json.loads(results.read_text())
 seen: dict[tuple[str, int], int] = {}
 for line in open(path):
     d = json.loads(line)
     run = seen[d["tag"], d["bs"]] = seen.get((d["tag"], d["bs"]), 0) + 1
     for key, what in (("step_graph_ms", "graph step"), ("replay_ms", "graph replay alone"), ("step_eager_ms", "eager step")):
-        rows.append(dict(metric=f"s35_{d['tag']}_bs{d['bs']}_{key}_run{run}", value=round(d[key], 4), unit="ms", ratio=None,
+        rows.append(dict(metric=f"{prefix}_{d['tag']}_bs{d['bs']}_{key}_run{run}", value=round(d[key], 4), unit="ms", ratio=None,
                          hardware=hardware, date=date, commit=commit, command=command,
                          note=f"{what}, batch {d['bs']}, context 1,024, Qwen3-0.6B dummy weights; skinny_on: our 2-16-row "
                               f"tensor-core GEMM (skinny_gemm.cu), skinny_off: cuBLAS; {d['eager_ops']} GPU ops an eager step"))
