@@ -7,11 +7,11 @@ source scripts/gpu_env.sh
 LOG=$OUT/call.log
 r() { echo "=== $* ($(date -u +%T))" >>$LOG; "$@" >>$LOG 2>&1; echo "=== rc=$?" >>$LOG; }
 r nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
-r timeout 360 python3 benchmarks/bench_gpu.py p1 p2 skinny noskinny
+r timeout 300 python3 benchmarks/bench_gpu.py p1 p2 skinny noskinny
 cp benchmarks/results.json $OUT/results.json
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 for m in 16 64; do
-  r timeout 90 $NCU --clock-control none --kernel-name-base function --kernel-name "regex:skinny|nvjet|gemm|xmma|cutlass" \
+  r timeout 50 $NCU --clock-control none --kernel-name-base function --kernel-name "regex:skinny|nvjet|gemm|xmma|cutlass" \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
     --section ComputeWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
     --section SchedulerStats python3 benchmarks/issue16/s36/ncu_skinny.py $m
