@@ -77,11 +77,16 @@ def main() -> None:
     ap.add_argument("--no-gemv-kernel", dest="gemv_kernel", action="store_false", help="cuBLAS at one row, not our GEMV")
     ap.add_argument("--no-pdl", dest="pdl", action="store_false", help="our GEMVs launched plainly (no programmatic dependent launch)")
     ap.add_argument("--no-skinny-gemm", dest="skinny_gemm", action="store_false", help="cuBLAS for 2-16 rows, not skinny_gemm.cu")
+    ap.add_argument("--skinny-ga", default=None, help="G,A: skinny_gemm.cu's variant with x copied in G groups and A "
+                    "accumulator chains (a probe of session 36; the model's is 1,1)")
     args = ap.parse_args()
     if args.blas:
         torch.backends.cuda.preferred_blas_library(args.blas)
     from minisgl_edu import LLM
     from minisgl_edu.bench import make_decode_batch, release
+    if args.skinny_ga:  # before the engine: its plans are made at the first launch of each shape
+        from minisgl_edu.model import qk_kernel
+        qk_kernel.SKINNY_GA = tuple(int(v) for v in args.skinny_ga.split(","))
     sizes = [int(b) for b in args.bs.split(",")]
     switches = {**({"fused_kernels": False} if args.plain else {}), **({"qk_kernel": False} if args.no_qk_kernel else {}),
                 **({"gemv_kernel": False} if not args.gemv_kernel else {}), **({"pdl": False} if not args.pdl else {}),

@@ -34,6 +34,18 @@ __device__ __forceinline__ void cp_async16(bf16* smem, const bf16* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
 }
 
+// wait until at most n of this thread's cp.async groups are pending; n is a constant once the caller's loop unrolls
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void cp_async_wait(int n) {
+  switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    default: cp_async_wait<3>(); break;
+  }
+}
+
 // With S > 1 K slices each block has written float partials ws[s][row][feature]; the last block of feature tile
 // blockIdx.x (F features) to take a ticket sums them in slice order (the same sum every launch) and writes y, then sets
 // its ticket back to 0 for the next launch (a CUDA graph replays it as is).
@@ -61,9 +73,15 @@ __device__ __forceinline__ void last_block_sum(int m, int n, int S, bf16* __rest
   if (tid == 0) tickets[blockIdx.x] = 0;
 }
 
-template <int MT, int NT, int J, int WARPS>
+// G, A (a probe, session 36; the model's shape is G = A = 1): x's slice copied in G groups of J / G chunks, the mmas
+// of group q starting once it has landed while the later groups are still in flight; A accumulators a tile, chunk j
+// into accumulator j % A, summed in a fixed order at the end, so a warp's mmas form A independent chains, not one.
+// Why: Nsight Compute (session 36) saw the 16-row q|k|v issue an instruction every 7 cycles with 0.17 warps eligible:
+// the copy, then a chain of 2 J dependent mmas, each waiting on the one before.
+template <int MT, int NT, int J, int WARPS, int G = 1, int A = 1>
 __device__ __forceinline__ void skinny(const bf16* __restrict__ x, int m, const bf16* __restrict__ w, int n, int k,
                                        bf16* __restrict__ out, float* __restrict__ ws, unsigned* __restrict__ tickets) {
+  static_assert(J % G == 0 && G <= 4 && J % A == 0, "groups of whole chunks; at most 4 groups in flight");
   constexpr int F = 8 * NT * WARPS;  // features a block
   constexpr int KS = 32 * J;    // the block's K slice
   constexpr int ROW = KS + 32;  // shared row stride (+64 bytes: rows g and g + 1 of one phase in different banks)
@@ -81,20 +99,28 @@ __device__ __forceinline__ void skinny(const bf16* __restrict__ x, int m, const 
   }
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
   asm volatile("griddepcontrol.wait;" ::: "memory");  // x is the kernel before's output
-  constexpr int CPR = KS / 8;  // 16-byte copies a row
-  for (int c = tid; c < m * CPR; c += T) {
-    const int r = c / CPR, q = c - r * CPR;
-    cp_async16(xs + r * ROW + q * 8, x + (long long)r * k + k0 + q * 8);
+  constexpr int GK = KS / G, CPR = GK / 8;  // a group's K chunk; 16-byte copies a row of it
+#pragma unroll
+  for (int q = 0; q < G; q++) {
+    for (int c = tid; c < m * CPR; c += T) {
+      const int r = c / CPR, e = q * GK + (c - r * CPR) * 8;
+      cp_async16(xs + r * ROW + e, x + (long long)r * k + k0 + e);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
   }
-  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
-  __syncthreads();
-  float acc[MT][NT][4];
+  float acc[A][MT][NT][4];
 #pragma unroll
-  for (int mt = 0; mt < MT; mt++)
+  for (int a = 0; a < A; a++)
 #pragma unroll
-    for (int nt = 0; nt < NT; nt++) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.f;
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++) acc[a][mt][nt][0] = acc[a][mt][nt][1] = acc[a][mt][nt][2] = acc[a][mt][nt][3] = 0.f;
 #pragma unroll
   for (int j = 0; j < J; j++) {
+    if (j % (J / G) == 0) {  // group j / (J / G)'s rows landed: this thread's copies, then every thread's
+      cp_async_wait(G - 1 - j / (J / G));
+      __syncthreads();
+    }
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {  // rows >= m hold stale bytes: they only reach their own (unwritten) rows
       const uint4 xa = *reinterpret_cast<const uint4*>(xs + (mt * 16 + g) * ROW + j * 32 + t * 8);
@@ -102,11 +128,19 @@ __device__ __forceinline__ void skinny(const bf16* __restrict__ x, int m, const 
 #pragma unroll
       for (int nt = 0; nt < NT; nt++) {  // one x fragment, NT feature groups
         const uint32_t* b = reinterpret_cast<const uint32_t*>(&wv[nt][j]);
-        mma16816(acc[mt][nt], xa.x, xb.x, xa.y, xb.y, b[0], b[1]);
-        mma16816(acc[mt][nt], xa.z, xb.z, xa.w, xb.w, b[2], b[3]);
+        mma16816(acc[j % A][mt][nt], xa.x, xb.x, xa.y, xb.y, b[0], b[1]);
+        mma16816(acc[j % A][mt][nt], xa.z, xb.z, xa.w, xb.w, b[2], b[3]);
       }
     }
   }
+#pragma unroll
+  for (int a = 1; a < A; a++)  // the A chains into the first, in a fixed order
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int nt = 0; nt < NT; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) acc[0][mt][nt][e] += acc[a][mt][nt][e];
   // this lane's two features of group nt: f0 + 8 nt + 2 t; acc[mt][nt][0..1] row 16 mt + g, [2..3] row 16 mt + g + 8
 #pragma unroll
   for (int mt = 0; mt < MT; mt++)
@@ -118,10 +152,10 @@ __device__ __forceinline__ void skinny(const bf16* __restrict__ x, int m, const 
         if (r >= m) continue;
         if (S == 1)
           *reinterpret_cast<__nv_bfloat162*>(out + (long long)r * n + fa) =
-              __floats2bfloat162_rn(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+              __floats2bfloat162_rn(acc[0][mt][nt][2 * h], acc[0][mt][nt][2 * h + 1]);
         else
           *reinterpret_cast<float2*>(ws + ((long long)s * m + r) * n + fa) =
-              make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+              make_float2(acc[0][mt][nt][2 * h], acc[0][mt][nt][2 * h + 1]);
       }
   if (S > 1) last_block_sum<F, T>(m, n, S, out, ws, tickets);
 }
@@ -210,6 +244,17 @@ __device__ __forceinline__ void skinny_t(const bf16* __restrict__ x, int m, cons
   SKINNY(MT, 2, 8, W) SKINNY(MT, 4, 4, W) SKINNY(MT, 1, 32, W)
 #define SKINNY_W(MT) SKINNY_J(MT, 4) SKINNY_J(MT, 8)
 SKINNY_W(1) SKINNY_W(2) SKINNY_W(4) SKINNY_W(6) SKINNY_W(8)
+
+#define SKINNY_GA(MT, J, W, G, A)                                                                                 \
+  extern "C" __global__ void __launch_bounds__(32 * W) skinny_m##MT##_n1_j##J##_w##W##_g##G##_a##A(              \
+      const bf16* __restrict__ x, int m, const bf16* __restrict__ w, int n, int k, bf16* __restrict__ out,        \
+      float* __restrict__ ws, unsigned* __restrict__ tickets) {                                                   \
+    skinny<MT, 1, J, W, G, A>(x, m, w, n, k, out, ws, tickets);                                                  \
+  }
+#define SKINNY_GA_J(MT, J) SKINNY_GA(MT, J, 8, 4, 1) SKINNY_GA(MT, J, 8, 1, 4) SKINNY_GA(MT, J, 8, 4, 4) \
+  SKINNY_GA(MT, J, 8, 1, 2) SKINNY_GA(MT, J, 8, 4, 2)
+#define SKINNY_GA_M(MT) SKINNY_GA_J(MT, 8) SKINNY_GA_J(MT, 16) SKINNY_GA_J(MT, 32)
+SKINNY_GA_M(1) SKINNY_GA_M(2) SKINNY_GA_M(4)
 
 #define SKINNY_T(RT, FT, J, W)                                                                                    \
   extern "C" __global__ void __launch_bounds__(32 * W) skinnyt_r##RT##_f##FT##_j##J##_w##W(                      \

@@ -306,14 +306,18 @@ def skinny_ready() -> bool:
     return qk_kernel._kernel(torch.device("cuda"), "skinny_m1_n1_j32_w8") is not None
 
 
+@pytest.mark.parametrize("ga", [(1, 1), (4, 1), (1, 2), (4, 2), (1, 4), (4, 4)])
 @pytest.mark.parametrize("k,n", [(1024, 4096), (1024, 6144), (3072, 1024), (2048, 1024), (1536, 576)])
-def test_skinny_matches_plain(k, n):
+def test_skinny_matches_plain(k, n, ga, monkeypatch):
     """Our tensor-core GEMM for 2-16 rows (skinny_gemm.cu) against cuBLAS and a float32 product: within one bf16
     rounding, bit-equal with PDL on and off and from one launch to the next (split-K summed in slice order), equal
     replayed in a CUDA graph with new inputs (the tickets are back at 0 after each launch); None for 1 and 17 rows
-    and a column-major weight (then cuBLAS)."""
+    and a column-major weight (then cuBLAS). ga: the model's shape (1, 1) and the probe's variants (session 36), x
+    copied in groups and more accumulator chains, each held to the same."""
     if not skinny_ready():
         pytest.skip("no skinny_gemm cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
+    monkeypatch.setattr(qk_kernel, "SKINNY_GA", ga)
+    monkeypatch.setattr(qk_kernel, "_SKINNY_PLANS", {})  # plans name their kernel: made again for this variant
     import torch.nn.functional as F
     g = torch.Generator(device="cuda").manual_seed(k + n)
     w = torch.randn(n, k, device="cuda", dtype=BF16, generator=g) * 0.03
@@ -321,7 +325,7 @@ def test_skinny_matches_plain(k, n):
         x = torch.randn(m, k, device="cuda", dtype=BF16, generator=g)
         ref = x.float() @ w.float().T
         y, again, plain = qk_kernel.skinny(x, w, pdl=True), qk_kernel.skinny(x, w, pdl=False), F.linear(x, w)
-        report(check="skinny", k=k, n=n, m=m, rel=rel(y, ref), cublas_rel=rel(plain, ref))
+        report(check="skinny", k=k, n=n, m=m, ga=list(ga), rel=rel(y, ref), cublas_rel=rel(plain, ref))
         assert y is not None and torch.isfinite(y).all() and torch.equal(y, again)
         assert rel(y, ref) < REL and rel(y, plain) < REL
     for m in (1, 17):
