@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Not run in session 35 (no machine). Needs benchmarks/issue16/s35/skinny_default_and_swap.patch applied first.
+# Not run in session 35 (no machine); session 36 ran it as its call 2 at a5ef452, with skinny_default_and_swap.patch applied.
 # Session 35, call 2: skinny_gemm on by default, its launch made once a shape (_SkinnyPlan): the whole GPU test suite
 # with it on, batch 2/8/16 on and off (graph and eager step, alternating), the probe of skinny_t (the operands swapped)
 # at 16-128 rows beside skinny and cuBLAS, and on an H200 P1 and P2 at this commit. With little device time left:
