@@ -232,12 +232,14 @@ __device__ __forceinline__ void skinny_t(const bf16* __restrict__ x, int m, cons
   if (S > 1) last_block_sum<F, T>(m, n, S, out, ws, tickets);
 }
 
-#define SKINNY(MT, NT, J, W)                                                                                      \
-  extern "C" __global__ void __launch_bounds__(32 * W) skinny_m##MT##_n##NT##_j##J##_w##W(                       \
+// one entry point: its name, and the template's shape
+#define SKINNY_ENTRY(NAME, MT, NT, J, W, G, A)                                                                    \
+  extern "C" __global__ void __launch_bounds__(32 * W) NAME(                                                     \
       const bf16* __restrict__ x, int m, const bf16* __restrict__ w, int n, int k, bf16* __restrict__ out,        \
       float* __restrict__ ws, unsigned* __restrict__ tickets) {                                                   \
-    skinny<MT, NT, J, W>(x, m, w, n, k, out, ws, tickets);                                                       \
+    skinny<MT, NT, J, W, G, A>(x, m, w, n, k, out, ws, tickets);                                                 \
   }
+#define SKINNY(MT, NT, J, W) SKINNY_ENTRY(skinny_m##MT##_n##NT##_j##J##_w##W, MT, NT, J, W, 1, 1)
 // NT J <= 16: a lane's weights in flight, 4 NT J registers, stay beside the MT NT 4 accumulators without spilling;
 // J = 32 is the one unsplit shape for K = 1024 (no partials, no last-block sum) to time against the split ones
 #define SKINNY_J(MT, W) SKINNY(MT, 1, 4, W) SKINNY(MT, 1, 8, W) SKINNY(MT, 1, 16, W) SKINNY(MT, 2, 4, W) \
@@ -245,12 +247,7 @@ __device__ __forceinline__ void skinny_t(const bf16* __restrict__ x, int m, cons
 #define SKINNY_W(MT) SKINNY_J(MT, 4) SKINNY_J(MT, 8)
 SKINNY_W(1) SKINNY_W(2) SKINNY_W(4) SKINNY_W(6) SKINNY_W(8)
 
-#define SKINNY_GA(MT, J, W, G, A)                                                                                 \
-  extern "C" __global__ void __launch_bounds__(32 * W) skinny_m##MT##_n1_j##J##_w##W##_g##G##_a##A(              \
-      const bf16* __restrict__ x, int m, const bf16* __restrict__ w, int n, int k, bf16* __restrict__ out,        \
-      float* __restrict__ ws, unsigned* __restrict__ tickets) {                                                   \
-    skinny<MT, 1, J, W, G, A>(x, m, w, n, k, out, ws, tickets);                                                  \
-  }
+#define SKINNY_GA(MT, J, W, G, A) SKINNY_ENTRY(skinny_m##MT##_n1_j##J##_w##W##_g##G##_a##A, MT, 1, J, W, G, A)
 #define SKINNY_GA_J(MT, J) SKINNY_GA(MT, J, 8, 4, 1) SKINNY_GA(MT, J, 8, 1, 4) SKINNY_GA(MT, J, 8, 4, 4) \
   SKINNY_GA(MT, J, 8, 1, 2) SKINNY_GA(MT, J, 8, 4, 2)
 #define SKINNY_GA_M(MT) SKINNY_GA_J(MT, 8) SKINNY_GA_J(MT, 16) SKINNY_GA_J(MT, 32)
