@@ -540,12 +540,54 @@ def test_skinny_shapes_and_entry_points():
     from minisgl_edu.model import qk_kernel as kk
     assert [kk.skinny_j(n, k) for n, k in ((4096, 1024), (6144, 1024), (1024, 2048), (1024, 3072))] == [32, 32, 16, 32]
     assert kk.skinny_j(576, 1536) == 8 and kk.skinny_j(960, 576) is None and kk.skinny_j(1000, 1024) is None
-    src = (Path(kk.__file__).parent / "skinny_gemm.cu").read_text()
-    built = {(nt, j) for nt, j in re.findall(r"SKINNY\(MT, (\d+), (\d+), W\)", src)}
-    assert re.search(r"SKINNY_W\(1\)", src) and re.search(rf"SKINNY_J\(MT, {kk.SKINNY_WARPS}\)", src)
+    built = skinny_entry_points()
     named = [n for n, f in kk.CUBINS.items() if f == "skinny_gemm.cubin"]
-    assert named and all(("1", m.group(1)) in built for n in named if (m := re.fullmatch(r"skinny_m1_n1_j(\d+)_w8", n)))
+    assert named and set(named) <= built
     assert all(re.fullmatch(r"skinny_m1_n1_j(8|16|32)_w8", n) for n in named)
+    assert {kk.skinny_name(1, 1, kk.skinny_j(n, k), kk.SKINNY_WARPS, False, *kk.SKINNY_GA)
+            for n, k in ((4096, 1024), (6144, 1024), (1024, 2048), (1024, 3072), (576, 1536))} <= built
+
+
+def skinny_entry_points() -> set[str]:
+    """The kernels skinny_gemm.cu defines: its entry-point macros expanded by the C preprocessor (the CUDA headers
+    are not needed for that), the names read from the result."""
+    import re
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    from minisgl_edu.model import qk_kernel as kk
+    src = (Path(kk.__file__).parent / "skinny_gemm.cu").read_text()
+    macros = src[src.index("// one entry point"):]  # the macros and their uses, after the templates
+    assert shutil.which("cpp"), "the C preprocessor (cpp) is needed to list skinny_gemm.cu's entry points"
+    out = subprocess.run(["cpp", "-P"], input=macros, capture_output=True, text=True, check=True).stdout
+    return set(re.findall(r"__launch_bounds__\(32 \* \d+\) (\w+)\(", out))
+
+
+def test_skinny_probe_names_are_built():
+    """Every shape the probe times (benchmarks/lt_probe.py --skinny, kinds n, t and p, at the sizes its calls use) and
+    every variant the model can be pointed at (profile_decode.py --skinny-ga) is a kernel skinny_gemm.cu defines: a
+    name missing there would end a device call at its first launch. Kept wrong: a (groups, accumulators) pair and a
+    row-tile count that were never built are caught."""
+    import sys
+    from pathlib import Path
+
+    from minisgl_edu.model import qk_kernel as kk
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import lt_probe
+    built = skinny_entry_points()
+    assert len(built) == 145
+
+    def names(configs, m):
+        return {kk.skinny_name(lt_probe.skinny_tiles(m, swap), nt, j, w, swap, g, a) for swap, nt, j, w, g, a in configs}
+    for m in (2, 8, 16, 32, 48, 64, 96, 128):
+        for n, k in lt_probe.SHAPES.values():
+            assert names(lt_probe.skinny_configs(n, k, m, "n,t,p"), m) <= built, (m, n, k)
+    model = {kk.skinny_name(1, 1, j, kk.SKINNY_WARPS, False, g, a) for j in (8, 16, 32) for g, a in lt_probe.SKINNY_GA}
+    assert model <= built
+    assert kk.skinny_name(1, 1, 8, 8, False, 2, 2) not in built  # a pair never built
+    assert kk.skinny_name(3, 1, 8, 8) not in built  # 48 rows take MT = 4 (skinny_tiles), never 3
+    assert not names([(False, 1, 8, 8, 2, 2)], 16) <= built
 
 
 def test_skinny_launch_geometry_on_the_cpu(monkeypatch):
