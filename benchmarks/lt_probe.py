@@ -29,8 +29,8 @@
    slice in shared memory, split-K across blocks with a deterministic last-block sum. Checks it against a float
    product, times every built (feature groups a warp, slice, warps) configuration with PDL on and off beside torch's product over 28
    layers' separate weights in a CUDA graph, then the four products of a layer in a row, as a layer runs them.
-   Session 35 adds skinny_t (`--skinny-kinds t`): the operands swapped, W's features the mma's 16 rows and x's rows
-   its 8 columns, so each x fragment read from shared memory feeds 1-2 feature tiles of 16 instead of one group of 8.
+   Session 36 adds `--skinny-kinds p`: skinny with x copied in groups and more than one accumulator chain. (Session
+   35's skinny_t, the operands swapped, was timed in session 36, slower at every size, and removed: git 5384fd0.)
 """
 from __future__ import annotations
 
@@ -449,28 +449,24 @@ SKINNY_MT = (1, 2, 4, 6, 8)  # 16-row tiles skinny_gemm.cu is built for (m <= 12
 SKINNY_NJ = ((1, 4), (1, 8), (1, 16), (2, 4), (2, 8), (4, 4), (1, 32))  # (NT, J) built; (1, 32): K = 1024 unsplit
 
 
-SKINNY_RT = (2, 4, 8, 16)  # 8-row tiles skinny_t (the operands swapped, session 35) is built for (m <= 128)
-SKINNY_T_FJ = ((1, 8), (1, 16), (2, 4), (2, 8))  # (FT, J) built; (2, 8) up to 64 rows
-SKINNY_GA = ((4, 1), (1, 2), (4, 2), (1, 4), (4, 4))  # (groups, accumulators) built (session 36), NT 1, 8 warps, m <= 64
 
 
-def skinny_tiles(m: int, swap: bool) -> int:
-    return next(v for v in SKINNY_RT if 8 * v >= m) if swap else next(v for v in SKINNY_MT if 16 * v >= m)
+def skinny_tiles(m: int) -> int:
+    return next(v for v in SKINNY_MT if 16 * v >= m)
 
 
-def skinny_configs(n: int, k: int, m: int, kinds: str = "n,t"):
-    """(swap, NT or FT, J, warps, groups, accumulators) of skinny_gemm.cu that tile [n, k]: K slices of 32 J; skinny:
-    8 NT warps features a block; skinny_t (swap): 16 FT warps; p: skinny with x copied in groups and more than one
-    accumulator chain (session 36)."""
-    plain = [(False, nt, j, w, 1, 1) for nt, j in SKINNY_NJ for w in (4, 8) if k % (32 * j) == 0 and n % (8 * nt * w) == 0
-             and 16 * skinny_tiles(m, False) * (32 * j + 32) * 2 <= 227 * 1024]  # x slice fits
-    swapped = [(True, ft, j, w, 1, 1) for ft, j in SKINNY_T_FJ for w in (4, 8) if k % (32 * j) == 0
-               and n % (16 * ft * w) == 0 and not (ft == 2 and j == 8 and m > 64)
-               and 8 * skinny_tiles(m, True) * (32 * j + 32) * 2 <= 227 * 1024]
-    piped = [(False, 1, j, 8, g, a) for j in (8, 16, 32) for g, a in SKINNY_GA if k % (32 * j) == 0 and n % 64 == 0
-             and m <= 64 and 16 * skinny_tiles(m, False) * (32 * j + 32) * 2 <= 227 * 1024]
+def skinny_configs(n: int, k: int, m: int, kinds: str = "n,p"):
+    """(NT, J, warps, groups, accumulators) of skinny_gemm.cu that tile [n, k]: K slices of 32 J, 8 NT warps features
+    a block; n: one accumulator chain, x copied at once; p: x copied in groups and more than one accumulator chain
+    (session 36; qk_kernel.SKINNY_GA_BUILT)."""
+    from minisgl_edu.model.qk_kernel import SKINNY_GA_BUILT
+    plain = [(nt, j, w, 1, 1) for nt, j in SKINNY_NJ for w in (4, 8) if k % (32 * j) == 0 and n % (8 * nt * w) == 0
+             and 16 * skinny_tiles(m) * (32 * j + 32) * 2 <= 227 * 1024]  # x slice fits
+    piped = [(1, j, 8, g, a) for j in (8, 16, 32) for g, a in SKINNY_GA_BUILT if (g, a) != (1, 1)
+             and k % (32 * j) == 0 and n % 64 == 0
+             and m <= 64 and 16 * skinny_tiles(m) * (32 * j + 32) * 2 <= 227 * 1024]
     kinds_ = kinds.split(",")
-    return (plain if "n" in kinds_ else []) + (swapped if "t" in kinds_ else []) + (piped if "p" in kinds_ else [])
+    return (plain if "n" in kinds_ else []) + (piped if "p" in kinds_ else [])
 
 
 class Skinny:
@@ -482,23 +478,23 @@ class Skinny:
         self.ws = torch.empty(32 * 128 * 6144, device=dev, dtype=torch.float32)
         self.tickets = torch.zeros(4096, device=dev, dtype=torch.int32)
 
-    def name(self, mt: int, nt: int, j: int, w: int, swap: bool = False, g: int = 1, a: int = 1) -> str:
-        name = self.qk.skinny_name(mt, nt, j, w, swap, g, a)
+    def name(self, mt: int, nt: int, j: int, w: int, g: int = 1, a: int = 1) -> str:
+        name = self.qk.skinny_name(mt, nt, j, w, g, a)
         self.qk.CUBINS[name] = "skinny_gemm.cubin"  # built by scripts/build_fi_extra_kernels.sh
         return name
 
     def available(self) -> bool:
         return self.qk._kernel(self.dev, self.name(1, 1, 4, 4)) is not None
 
-    def mm(self, x, w_, out, nt: int, j: int, warps: int, pdl: bool, swap: bool = False, g: int = 1, a: int = 1):
+    def mm(self, x, w_, out, nt: int, j: int, warps: int, pdl: bool, g: int = 1, a: int = 1):
         m, k = x.shape
-        mt = skinny_tiles(m, swap)
-        self.name(mt, nt, j, warps, swap, g, a)  # its cubin known to the launcher
+        mt = skinny_tiles(m)
+        self.name(mt, nt, j, warps, g, a)  # its cubin known to the launcher
         assert k // (32 * j) * m * w_.shape[0] <= self.ws.numel() and m <= 128
-        self.qk.skinny_launch(x, w_, out, self.ws, self.tickets, j, warps, mt, nt, pdl, swap, g, a)
+        self.qk.skinny_launch(x, w_, out, self.ws, self.tickets, j, warps, mt, nt, pdl, g, a)
 
 
-def skinny_probe(sizes, layers=28, kinds="n,t"):
+def skinny_probe(sizes, layers=28, kinds="n,p"):
     dev = torch.device("cuda")
     sk = Skinny(dev)
     if not sk.available():
@@ -518,23 +514,23 @@ def skinny_probe(sizes, layers=28, kinds="n,t"):
             err_torch = float((out.float() - ref).norm() / ref.norm())
             t_torch = graph_time(lambda i: torch.mm(x, w[name][i].T, out=out), layers)
             res = []
-            for swap, nt, j, warps, g, a in skinny_configs(n, k, m, kinds):
+            for nt, j, warps, g, a in skinny_configs(n, k, m, kinds):
                 out.fill_(float("nan"))
-                sk.mm(x, w[name][0], out, nt, j, warps, False, swap, g, a)
+                sk.mm(x, w[name][0], out, nt, j, warps, False, g, a)
                 first = out.clone()
-                sk.mm(x, w[name][0], out, nt, j, warps, True, swap, g, a)
+                sk.mm(x, w[name][0], out, nt, j, warps, True, g, a)
                 torch.cuda.synchronize()
                 err = float((out.float() - ref).norm() / ref.norm())
                 same = bool(torch.equal(first, out))
-                t = {pdl: graph_time(lambda i: sk.mm(x, w[name][i], out, nt, j, warps, pdl, swap, g, a), layers)
+                t = {pdl: graph_time(lambda i: sk.mm(x, w[name][i], out, nt, j, warps, pdl, g, a), layers)
                      for pdl in (False, True)}
-                res.append(dict(swap=swap, nt=nt, j=j, warps=warps, g=g, a=a, err=err, repeat_equal=same, us=t[False],
+                res.append(dict(nt=nt, j=j, warps=warps, g=g, a=a, err=err, repeat_equal=same, us=t[False],
                                 us_pdl=t[True]))
             good = [r for r in res if r["err"] < 2e-2 and r["repeat_equal"]]
             b = min(good, key=lambda r: r["us_pdl"]) if good else None
             best[name] = b
             rows.append(dict(gemm=name, m=m, n=n, k=k, torch_us=t_torch, torch_err=err_torch, configs=res, best=b))
-            cfg = " | ".join(f"{'t' if r['swap'] else 'n'}{r['nt']}j{r['j']}w{r['warps']}"
+            cfg = " | ".join(f"n{r['nt']}j{r['j']}w{r['warps']}"
                              + (f"g{r['g']}a{r['a']}" if (r["g"], r["a"]) != (1, 1) else "") + f" {r['us']:5.2f}/{r['us_pdl']:5.2f}"
                              + ("" if r["err"] < 2e-2 and r["repeat_equal"] else f" BAD(err {r['err']:.1e}, rep {r['repeat_equal']})")
                              for r in res)
@@ -550,11 +546,11 @@ def skinny_probe(sizes, layers=28, kinds="n,t"):
                         torch.mm(xs[name], w[name][i].T, out=ys[name])
                     else:
                         b = best[name]
-                        sk.mm(xs[name], w[name][i], ys[name], b["nt"], b["j"], b["warps"], how == "pdl", b["swap"], b["g"], b["a"])
+                        sk.mm(xs[name], w[name][i], ys[name], b["nt"], b["j"], b["warps"], how == "pdl", b["g"], b["a"])
             t = {how: graph_time(lambda i, how=how: layer(i, how), layers) for how in ("torch", "plain", "pdl")}
             floor = sum(n * k for n, k in SHAPES.values()) * 2 / 4.2e6
             rows.append(dict(gemm="layer", m=m, **{f"{h}_us": v for h, v in t.items()}, floor_us=floor,
-                             best={nm: (b["swap"], b["nt"], b["j"], b["warps"], b["g"], b["a"]) for nm, b in best.items()}))
+                             best={nm: (b["nt"], b["j"], b["warps"], b["g"], b["a"]) for nm, b in best.items()}))
             print(f"skinny layer m={m:>4}: torch {t['torch']:6.2f} µs | ours plain {t['plain']:6.2f} | ours pdl "
                   f"{t['pdl']:6.2f} | weights at 4.2 TB/s {floor:5.2f}", flush=True)
     return rows
@@ -568,7 +564,7 @@ def main():
     ap.add_argument("--l2", action="store_true")
     ap.add_argument("--skinny", action="store_true")
     ap.add_argument("--sm", default="16,32,48,64,96,128")
-    ap.add_argument("--skinny-kinds", default="n,t", help="n: skinny (x as the mma's A), t: skinny_t (swapped), p: skinny with x in groups, more accumulators")
+    ap.add_argument("--skinny-kinds", default="n,p", help="n: skinny's shapes, p: skinny with x in groups, more accumulators")
     ap.add_argument("--xbs", default="1,8,32,64,128,144,160,192,256")
     ap.add_argument("--m", default="1,8,32,64,96,128,160,192,256")
     ap.add_argument("--bs", default="64,96,128,144,160,176,192,208,224,256")

@@ -86,7 +86,10 @@ def main() -> None:
     from minisgl_edu.bench import make_decode_batch, release
     if args.skinny_ga:  # before the engine: its plans are made at the first launch of each shape
         from minisgl_edu.model import qk_kernel
-        qk_kernel.SKINNY_GA = tuple(int(v) for v in args.skinny_ga.split(","))
+        ga = tuple(int(v) for v in args.skinny_ga.split(",") if v.strip().isdigit())
+        if ga not in qk_kernel.SKINNY_GA_BUILT:  # an unbuilt pair would silently fall back to cuBLAS
+            ap.error(f"--skinny-ga {args.skinny_ga!r}: one of {', '.join(f'{g},{a}' for g, a in qk_kernel.SKINNY_GA_BUILT)}")
+        qk_kernel.SKINNY_GA = ga
     sizes = [int(b) for b in args.bs.split(",")]
     switches = {**({"fused_kernels": False} if args.plain else {}), **({"qk_kernel": False} if args.no_qk_kernel else {}),
                 **({"gemv_kernel": False} if not args.gemv_kernel else {}), **({"pdl": False} if not args.pdl else {}),

@@ -544,7 +544,7 @@ def test_skinny_shapes_and_entry_points():
     named = [n for n, f in kk.CUBINS.items() if f == "skinny_gemm.cubin"]
     assert named and set(named) <= built
     assert all(re.fullmatch(r"skinny_m1_n1_j(8|16|32)_w8", n) for n in named)
-    assert {kk.skinny_name(1, 1, kk.skinny_j(n, k), kk.SKINNY_WARPS, False, *kk.SKINNY_GA)
+    assert {kk.skinny_name(1, 1, kk.skinny_j(n, k), kk.SKINNY_WARPS, *kk.SKINNY_GA)
             for n, k in ((4096, 1024), (6144, 1024), (1024, 2048), (1024, 3072), (576, 1536))} <= built
 
 
@@ -565,7 +565,7 @@ def skinny_entry_points() -> set[str]:
 
 
 def test_skinny_probe_names_are_built():
-    """Every shape the probe times (benchmarks/lt_probe.py --skinny, kinds n, t and p, at the sizes its calls use) and
+    """Every shape the probe times (benchmarks/lt_probe.py --skinny, kinds n and p, at the sizes its calls use) and
     every variant the model can be pointed at (profile_decode.py --skinny-ga) is a kernel skinny_gemm.cu defines: a
     name missing there would end a device call at its first launch. Kept wrong: a (groups, accumulators) pair and a
     row-tile count that were never built are caught."""
@@ -576,18 +576,18 @@ def test_skinny_probe_names_are_built():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import lt_probe
     built = skinny_entry_points()
-    assert len(built) == 145
+    assert len(built) == 115
 
     def names(configs, m):
-        return {kk.skinny_name(lt_probe.skinny_tiles(m, swap), nt, j, w, swap, g, a) for swap, nt, j, w, g, a in configs}
+        return {kk.skinny_name(lt_probe.skinny_tiles(m), nt, j, w, g, a) for nt, j, w, g, a in configs}
     for m in (2, 8, 16, 32, 48, 64, 96, 128):
         for n, k in lt_probe.SHAPES.values():
-            assert names(lt_probe.skinny_configs(n, k, m, "n,t,p"), m) <= built, (m, n, k)
-    model = {kk.skinny_name(1, 1, j, kk.SKINNY_WARPS, False, g, a) for j in (8, 16, 32) for g, a in lt_probe.SKINNY_GA}
+            assert names(lt_probe.skinny_configs(n, k, m, "n,p"), m) <= built, (m, n, k)
+    model = {kk.skinny_name(1, 1, j, kk.SKINNY_WARPS, g, a) for j in (8, 16, 32) for g, a in kk.SKINNY_GA_BUILT}
     assert model <= built
-    assert kk.skinny_name(1, 1, 8, 8, False, 2, 2) not in built  # a pair never built
+    assert kk.skinny_name(1, 1, 8, 8, 2, 2) not in built  # a pair never built
     assert kk.skinny_name(3, 1, 8, 8) not in built  # 48 rows take MT = 4 (skinny_tiles), never 3
-    assert not names([(False, 1, 8, 8, 2, 2)], 16) <= built
+    assert not names([(1, 8, 8, 2, 2)], 16) <= built
 
 
 def test_skinny_launch_geometry_on_the_cpu(monkeypatch):

@@ -229,7 +229,8 @@ def greedy(logits: torch.Tensor, rows: torch.Tensor | None = None, pos: torch.Te
 SKINNY_ROWS = 16  # skinny_gemm.cu's one 16-row tile: 2-16 rows; more rows go to cuBLAS (ours grows with them, chapter 7)
 SKINNY_WARPS = 8  # a block: 8 warps of 8 features, 64 output features
 SKINNY_MIN_BLOCKS = 48  # the longest K slice that still gives this many blocks (the H100's best shape for each product)
-SKINNY_GA = (1, 1)  # the model's (x copy groups, accumulator chains); the probe's others in skinny_gemm.cu (session 36)
+SKINNY_GA_BUILT = ((1, 1), (4, 1), (1, 2), (4, 2), (1, 4), (4, 4))  # (x copy groups, accumulator chains) built (NT 1, 8 warps)
+SKINNY_GA = (1, 1)  # the model's; the others a probe of session 36 (profile_decode.py --skinny-ga)
 SKINNY_WS = 1 << 20  # float partials a (device, stream) keeps: S slices x rows x features
 # (device index, stream) -> (float partials, per-feature-tile tickets, zero between launches); one set per stream as
 # greedy's: launches on one stream run one after the other (a PDL-launched one writes them only after its wait)
@@ -255,7 +256,7 @@ def skinny(x: torch.Tensor, w: torch.Tensor, pdl: bool = True) -> torch.Tensor |
             or x.data_ptr() % 16 or w.data_ptr() % 16:
         return None
     n = w.shape[0]
-    key = (x.device.index, _raw_stream(x.device), n, k, pdl)
+    key = (x.device.index, _raw_stream(x.device), n, k, pdl, SKINNY_GA)
     plan = _SKINNY_PLANS.get(key, False)
     if plan is False:
         plan = _skinny_plan(x.device, key[1], n, k, pdl)
@@ -294,12 +295,12 @@ class _SkinnyPlan:
         self.launch(self.params)
 
 
-_SKINNY_PLANS: dict[tuple, _SkinnyPlan | None] = {}  # (device index, stream, n, k, pdl) -> plan; None: cuBLAS
+_SKINNY_PLANS: dict[tuple, _SkinnyPlan | None] = {}  # (device index, stream, n, k, pdl, SKINNY_GA) -> plan; None: cuBLAS
 
 
 def _skinny_plan(device: torch.device, stream: int, n: int, k: int, pdl: bool) -> _SkinnyPlan | None:
     j = skinny_j(n, k)
-    if j is None or _kernel(device, skinny_name(1, 1, j, SKINNY_WARPS, False, *SKINNY_GA)) is None \
+    if j is None or _kernel(device, skinny_name(1, 1, j, SKINNY_WARPS, *SKINNY_GA)) is None \
             or n // (8 * SKINNY_WARPS) > 1024:
         return None
     if (device.index, stream) not in _SKINNY:
@@ -310,36 +311,32 @@ def _skinny_plan(device: torch.device, stream: int, n: int, k: int, pdl: bool) -
     return _SkinnyPlan(device, stream, n, k, j, *_SKINNY[device.index, stream], pdl)
 
 
-def skinny_name(mt: int, nt: int, j: int, warps: int, swap: bool = False, groups: int = 1, accs: int = 1) -> str:
+def skinny_name(mt: int, nt: int, j: int, warps: int, groups: int = 1, accs: int = 1) -> str:
     """skinny_gemm.cu's entry point for a shape; groups, accs (the probe's, session 36): x copied in that many groups,
     that many accumulator chains (1, 1: the model's)."""
-    if swap:
-        return f"skinnyt_r{mt}_f{nt}_j{j}_w{warps}"
     return f"skinny_m{mt}_n{nt}_j{j}_w{warps}" + ("" if (groups, accs) == (1, 1) else f"_g{groups}_a{accs}")
 
 
-def skinny_geometry(n: int, k: int, j: int, warps: int = SKINNY_WARPS, mt: int = 1, nt: int = 1, swap: bool = False,
-                    groups: int = 1, accs: int = 1) -> tuple[str, tuple[int, int], int, int]:
+def skinny_geometry(n: int, k: int, j: int, warps: int = SKINNY_WARPS, mt: int = 1, nt: int = 1, groups: int = 1,
+                    accs: int = 1) -> tuple[str, tuple[int, int], int, int]:
     """skinny_gemm.cu's entry point, grid (feature tiles, K slices), threads and shared bytes for a [n, k] weight,
-    K slices of 32 j, `warps` warps of nt groups of 8 features, mt 16-row tiles; swap (the probe's skinny_t): warps of
-    nt tiles of 16 features, mt tiles of 8 rows."""
-    rows, feats = (8 * mt, 16 * nt) if swap else (16 * mt, 8 * nt)
-    shared = rows * (32 * j + 32) * 2  # x's slice, its rows padded by 64 bytes each (the model's: at most 33 KB)
-    return skinny_name(mt, nt, j, warps, swap, groups, accs), (n // (feats * warps), k // (32 * j)), 32 * warps, shared
+    K slices of 32 j, `warps` warps of nt groups of 8 features, mt 16-row tiles."""
+    shared = 16 * mt * (32 * j + 32) * 2  # x's slice, its rows padded by 64 bytes each (the model's: at most 33 KB)
+    return skinny_name(mt, nt, j, warps, groups, accs), (n // (8 * nt * warps), k // (32 * j)), 32 * warps, shared
 
 
 _OPTED_IN: set[tuple[torch.device, str]] = set()  # (device, kernel) allowed more than 48 KB of dynamic shared memory
 
 
 def skinny_launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ws: torch.Tensor, tickets: torch.Tensor, j: int,
-                  warps: int = SKINNY_WARPS, mt: int = 1, nt: int = 1, pdl: bool = True, swap: bool = False,
-                  groups: int = 1, accs: int = 1) -> None:
+                  warps: int = SKINNY_WARPS, mt: int = 1, nt: int = 1, pdl: bool = True, groups: int = 1,
+                  accs: int = 1) -> None:
     """One launch of skinny_gemm.cu's shape (mt 16-row tiles, nt groups of 8 features a warp, K slices of 32 j,
-    `warps` warps a block; swap: skinny_t's, see skinny_geometry) writing x @ w.T into out, for the probe
+    `warps` warps a block; groups, accs: see skinny_name) writing x @ w.T into out, for the probe
     (benchmarks/lt_probe.py --skinny), which times every shape built; the model launches its one shape through a
     plan (skinny) with the same geometry."""
     (m, k), n = x.shape, w.shape[0]
-    name, blocks, threads, shared = skinny_geometry(n, k, j, warps, mt, nt, swap, groups, accs)
+    name, blocks, threads, shared = skinny_geometry(n, k, j, warps, mt, nt, groups, accs)
     if shared > 48 * 1024 and (x.device, name) not in _OPTED_IN:  # the probe's shapes of more than 48 rows
         cuda, fn = _kernel(x.device, name)
         _check(cuda.cuFuncSetAttribute(fn, 8, shared), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES

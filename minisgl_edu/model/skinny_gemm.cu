@@ -160,78 +160,6 @@ __device__ __forceinline__ void skinny(const bf16* __restrict__ x, int m, const 
   if (S > 1) last_block_sum<F, T>(m, n, S, out, ws, tickets);
 }
 
-// The same product with the operands swapped (a probe, session 35): W's 16 features a tile are the mma's A (16 rows)
-// and x's rows its B, 8 at a time, so each x fragment read from shared memory (8 rows: 256 bytes a warp for k16)
-// feeds FT feature tiles, and the rows are paid in steps of 8, not 16. Why: in `skinny` every warp reads all m rows
-// of x's slice for only 8 features, so the shared-memory reads grow as (n / 8) m k over the GPU; here (n / 16 FT) m k.
-// A block owns F = 16 FT WARPS features; lane (g, t) loads rows g and g + 8 of each of its warp's feature tiles
-// (k = 8t..8t+7 of a chunk of 32, as above) and x row 8 rt + g of each row tile from shared memory. The accumulator
-// of tile (ft, rt): [0], [1] feature 16 ft + g, rows 8 rt + 2t and + 1; [2], [3] feature 16 ft + g + 8, same rows.
-template <int RT, int FT, int J, int WARPS>
-__device__ __forceinline__ void skinny_t(const bf16* __restrict__ x, int m, const bf16* __restrict__ w, int n, int k,
-                                         bf16* __restrict__ out, float* __restrict__ ws, unsigned* __restrict__ tickets) {
-  constexpr int F = 16 * FT * WARPS;
-  constexpr int KS = 32 * J;
-  constexpr int ROW = KS + 32;  // as above: rows g and g + 1 of one phase in different banks
-  constexpr int T = 32 * WARPS;
-  extern __shared__ __align__(16) bf16 xs[];  // [8 RT][ROW]
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int S = gridDim.y, s = blockIdx.y;
-  const int f0 = blockIdx.x * F + warp * 16 * FT, k0 = s * KS;
-  uint4 wa[FT][J], wb[FT][J];
-#pragma unroll
-  for (int ft = 0; ft < FT; ft++) {
-    const bf16* r0 = w + (long long)(f0 + ft * 16 + g) * k + k0 + t * 8;
-#pragma unroll
-    for (int j = 0; j < J; j++) {  // every weight byte of the slice in flight
-      wa[ft][j] = ldg16(r0 + j * 32);
-      wb[ft][j] = ldg16(r0 + 8LL * k + j * 32);
-    }
-  }
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  asm volatile("griddepcontrol.wait;" ::: "memory");  // x is the kernel before's output
-  constexpr int CPR = KS / 8;
-  for (int c = tid; c < m * CPR; c += T) {
-    const int r = c / CPR, q = c - r * CPR;
-    cp_async16(xs + r * ROW + q * 8, x + (long long)r * k + k0 + q * 8);
-  }
-  asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
-  __syncthreads();
-  float acc[FT][RT][4];
-#pragma unroll
-  for (int ft = 0; ft < FT; ft++)
-#pragma unroll
-    for (int rt = 0; rt < RT; rt++) acc[ft][rt][0] = acc[ft][rt][1] = acc[ft][rt][2] = acc[ft][rt][3] = 0.f;
-  const int rts = (m + 7) / 8;  // row tiles holding rows < m; the rest are skipped
-#pragma unroll
-  for (int j = 0; j < J; j++) {
-#pragma unroll
-    for (int rt = 0; rt < RT; rt++) {
-      if (rt >= rts) break;
-      const uint4 xb = *reinterpret_cast<const uint4*>(xs + (rt * 8 + g) * ROW + j * 32 + t * 8);
-#pragma unroll
-      for (int ft = 0; ft < FT; ft++) {  // one x fragment, FT feature tiles
-        mma16816(acc[ft][rt], wa[ft][j].x, wb[ft][j].x, wa[ft][j].y, wb[ft][j].y, xb.x, xb.y);
-        mma16816(acc[ft][rt], wa[ft][j].z, wb[ft][j].z, wa[ft][j].w, wb[ft][j].w, xb.z, xb.w);
-      }
-    }
-  }
-#pragma unroll
-  for (int ft = 0; ft < FT; ft++)
-#pragma unroll
-    for (int rt = 0; rt < RT; rt++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int r = rt * 8 + 2 * t + (e & 1), f = f0 + 16 * ft + g + 8 * (e >> 1);
-        if (r >= m) continue;
-        if (S == 1)
-          out[(long long)r * n + f] = __float2bfloat16_rn(acc[ft][rt][e]);
-        else
-          ws[((long long)s * m + r) * n + f] = acc[ft][rt][e];
-      }
-  if (S > 1) last_block_sum<F, T>(m, n, S, out, ws, tickets);
-}
-
 // one entry point: its name, and the template's shape
 #define SKINNY_ENTRY(NAME, MT, NT, J, W, G, A)                                                                    \
   extern "C" __global__ void __launch_bounds__(32 * W) NAME(                                                     \
@@ -252,16 +180,3 @@ SKINNY_W(1) SKINNY_W(2) SKINNY_W(4) SKINNY_W(6) SKINNY_W(8)
   SKINNY_GA(MT, J, 8, 1, 2) SKINNY_GA(MT, J, 8, 4, 2)
 #define SKINNY_GA_M(MT) SKINNY_GA_J(MT, 8) SKINNY_GA_J(MT, 16) SKINNY_GA_J(MT, 32)
 SKINNY_GA_M(1) SKINNY_GA_M(2) SKINNY_GA_M(4)
-
-#define SKINNY_T(RT, FT, J, W)                                                                                    \
-  extern "C" __global__ void __launch_bounds__(32 * W) skinnyt_r##RT##_f##FT##_j##J##_w##W(                      \
-      const bf16* __restrict__ x, int m, const bf16* __restrict__ w, int n, int k, bf16* __restrict__ out,        \
-      float* __restrict__ ws, unsigned* __restrict__ tickets) {                                                   \
-    skinny_t<RT, FT, J, W>(x, m, w, n, k, out, ws, tickets);                                                     \
-  }
-// 8 FT J registers of weights beside 4 FT RT accumulators: (FT, J) = (2, 8) only up to 64 rows
-#define SKINNY_T_W(RT, W) SKINNY_T(RT, 1, 8, W) SKINNY_T(RT, 1, 16, W) SKINNY_T(RT, 2, 4, W)
-SKINNY_T_W(2, 4) SKINNY_T_W(2, 8) SKINNY_T_W(4, 4) SKINNY_T_W(4, 8) SKINNY_T_W(8, 4) SKINNY_T_W(8, 8)
-SKINNY_T_W(16, 4) SKINNY_T_W(16, 8)
-SKINNY_T(2, 2, 8, 4) SKINNY_T(2, 2, 8, 8) SKINNY_T(4, 2, 8, 4) SKINNY_T(4, 2, 8, 8) SKINNY_T(8, 2, 8, 4)
-SKINNY_T(8, 2, 8, 8)

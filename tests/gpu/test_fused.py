@@ -306,7 +306,7 @@ def skinny_ready() -> bool:
     return qk_kernel._kernel(torch.device("cuda"), "skinny_m1_n1_j32_w8") is not None
 
 
-@pytest.mark.parametrize("ga", [(1, 1), (4, 1), (1, 2), (4, 2), (1, 4), (4, 4)])
+@pytest.mark.parametrize("ga", qk_kernel.SKINNY_GA_BUILT)
 @pytest.mark.parametrize("k,n", [(1024, 4096), (1024, 6144), (3072, 1024), (2048, 1024), (1536, 576)])
 def test_skinny_matches_plain(k, n, ga, monkeypatch):
     """Our tensor-core GEMM for 2-16 rows (skinny_gemm.cu) against cuBLAS and a float32 product: within one bf16
@@ -316,8 +316,7 @@ def test_skinny_matches_plain(k, n, ga, monkeypatch):
     copied in groups and more accumulator chains, each held to the same."""
     if not skinny_ready():
         pytest.skip("no skinny_gemm cubin (scripts/build_fi_extra_kernels.sh) or not sm_90")
-    monkeypatch.setattr(qk_kernel, "SKINNY_GA", ga)
-    monkeypatch.setattr(qk_kernel, "_SKINNY_PLANS", {})  # plans name their kernel: made again for this variant
+    monkeypatch.setattr(qk_kernel, "SKINNY_GA", ga)  # a plan a variant: SKINNY_GA is in the plans' key
     import torch.nn.functional as F
     g = torch.Generator(device="cuda").manual_seed(k + n)
     w = torch.randn(n, k, device="cuda", dtype=BF16, generator=g) * 0.03
