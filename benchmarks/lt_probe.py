@@ -1,6 +1,6 @@
 """Issue 16, sessions 29-31: four questions about a decode layer's time on the H200, asked before building anything.
 
-    python benchmarks/lt_probe.py [--gemm] [--attn] [--xqa] [--l2] [--skinny] [--json OUT]
+    python benchmarks/lt_probe.py [--gemm] [--attn] [--xqa] [--l2] [--skinny] [--pipe] [--json OUT]
 
 1. `--gemm`: the four products of a Qwen3-0.6B decoder layer at decode batch sizes take ~6 µs each through
    cuBLAS's own choice (session 18: 23.6 µs + a 2.1 µs split-K reduce a layer at 128 rows for 31 MB of weights, ~1.2
@@ -31,6 +31,11 @@
    layers' separate weights in a CUDA graph, then the four products of a layer in a row, as a layer runs them.
    Session 36 adds `--skinny-kinds p`: skinny with x copied in groups and more than one accumulator chain. (Session
    35's skinny_t, the operands swapped, was timed in session 36, slower at every size, and removed: git 5384fd0.)
+6. `--pipe` (session 37): skinny grows with the rows because each block loads, then waits for all of x, then
+   multiplies. benchmarks/kernels/pipe_gemm.cu streams W and x through a ring of 4 shared-memory stages (cp.async,
+   ldmatrix, mma.m16n8k16), the first stages' weights (and, with PF, an L2 prefetch of the rest) requested before
+   the PDL wait. Times every built (rows, warp layout, features a block, K slices, PF) that gives 96-400 blocks, with
+   PDL, beside torch, at 16-256 rows; then the best of each product as a layer, PDL on and off.
 """
 from __future__ import annotations
 
@@ -556,6 +561,122 @@ def skinny_probe(sizes, layers=28, kinds="n,p"):
     return rows
 
 
+PIPE_MT = (2, 4, 8, 16)  # 16-row tiles pipe_gemm.cu is built for (m <= 256)
+PIPE_LAYOUTS = ((2, 2, 2), (2, 2, 3), (2, 2, 4), (4, 1, 4), (4, 1, 6), (4, 1, 8))  # (WM, WN, NTW) built; 4x1 at MT % 4 == 0
+PIPE_ST, PIPE_BK = 4, 64
+
+
+def pipe_configs(n: int, k: int, m: int):
+    """(MT, WM, WN, NTW, slices, PF) of pipe_gemm.cu for [n, k] at m rows: whole feature tiles, K slices of whole
+    64-wide k-blocks, 96-400 blocks (132 SMs)."""
+    mt = next(v for v in PIPE_MT if 16 * v >= m)
+    out = []
+    for wm, wn, ntw in PIPE_LAYOUTS:
+        bn = 8 * ntw * wn
+        if mt % wm or n % bn:
+            continue
+        for s in (1, 2, 3, 4):
+            if k % (s * PIPE_BK) == 0 and 96 <= n // bn * s <= 400:
+                out += [(mt, wm, wn, ntw, s, pf) for pf in (0, 1)]
+    return out
+
+
+class Pipe:
+    """pipe_gemm.cu's kernels through the library's cubin launcher, with a float workspace and tickets."""
+
+    def __init__(self, dev):
+        from minisgl_edu.model import qk_kernel
+        self.qk, self.dev = qk_kernel, dev
+        self.ws = torch.empty(4 * 256 * 6144, device=dev, dtype=torch.float32)
+        self.tickets = torch.zeros(4096, device=dev, dtype=torch.int32)
+        self.opted = set()
+
+    def name(self, mt, wm, wn, ntw, pf) -> str:
+        name = f"pipe_m{mt}_w{wm}x{wn}_n{ntw}_s{PIPE_ST}_p{pf}"
+        self.qk.CUBINS[name] = "pipe_gemm.cubin"  # built by scripts/build_fi_extra_kernels.sh
+        return name
+
+    def available(self) -> bool:
+        return self.qk._kernel(self.dev, self.name(2, 2, 2, 2, 0)) is not None
+
+    def mm(self, x, w_, out, cfg, pdl: bool = True):
+        (m, k), n = x.shape, w_.shape[0]
+        mt, wm, wn, ntw, s, pf = cfg
+        name, bn = self.name(mt, wm, wn, ntw, pf), 8 * ntw * wn
+        assert m <= 16 * mt and s * m * n <= self.ws.numel() and n // bn <= self.tickets.numel()
+        shared = PIPE_ST * (bn + 16 * mt) * (PIPE_BK + 8) * 2
+        if shared > 48 * 1024 and name not in self.opted:
+            cuda, fn = self.qk._kernel(self.dev, name)
+            self.qk._check(cuda.cuFuncSetAttribute(fn, 8, shared), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES
+            self.opted.add(name)
+        p = self.qk._ptr
+        self.qk._launch(name, self.dev, (n // bn, s), 32 * wm * wn,
+                        [p(x), ctypes.c_int(m), p(w_), ctypes.c_int(n), ctypes.c_int(k), p(out), p(self.ws),
+                         p(self.tickets)], shared=shared, pdl=pdl)
+
+
+def cfg_name(c) -> str:
+    mt, wm, wn, ntw, s, pf = c
+    return f"m{mt}w{wm}x{wn}n{ntw}s{s}p{pf}"
+
+
+def pipe_probe(sizes, layers=28):
+    dev = torch.device("cuda")
+    pp = Pipe(dev)
+    if not pp.available():
+        print("pipe: no pipe_gemm.cubin (scripts/build_fi_extra_kernels.sh)", flush=True)
+        return []
+    gen = torch.Generator(device=dev).manual_seed(0)
+    w = {name: [torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.03 for _ in range(layers)]
+         for name, (n, k) in SHAPES.items()}
+    rows = []
+    for m in sizes:
+        best = {}
+        for name, (n, k) in SHAPES.items():
+            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16, generator=gen)
+            out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
+            ref = x.float() @ w[name][0].float().T
+            t_torch = graph_time(lambda i: torch.mm(x, w[name][i].T, out=out), layers)
+            res = []
+            for c in pipe_configs(n, k, m):
+                out.fill_(float("nan"))
+                pp.mm(x, w[name][0], out, c, pdl=False)
+                first = out.clone()
+                pp.mm(x, w[name][0], out, c, pdl=True)
+                torch.cuda.synchronize()
+                err = float((out.float() - ref).norm() / ref.norm())
+                same = bool(torch.equal(first, out))
+                us = graph_time(lambda i: pp.mm(x, w[name][i], out, c), layers)
+                res.append(dict(cfg=c, err=err, repeat_equal=same, us_pdl=us))
+            good = [r for r in res if r["err"] < 2e-2 and r["repeat_equal"]]
+            b = min(good, key=lambda r: r["us_pdl"]) if good else None
+            best[name] = b
+            rows.append(dict(gemm=name, m=m, n=n, k=k, torch_us=t_torch, configs=res, best=b))
+            cfg = " | ".join(f"{cfg_name(r['cfg'])} {r['us_pdl']:5.2f}"
+                             + ("" if r["err"] < 2e-2 and r["repeat_equal"] else f" BAD(err {r['err']:.1e}, rep {r['repeat_equal']})")
+                             for r in sorted(res, key=lambda r: r["us_pdl"]))
+            print(f"pipe {name:>8} m={m:>4}: torch {t_torch:6.2f} µs, weights at 4.2 TB/s {n * k * 2 / 4.2e6:5.2f} | "
+                  f"ours pdl, fastest first: {cfg}", flush=True)
+        if all(best.values()):  # the four in a row, as a layer runs them
+            xs = {name: torch.randn(m, k, device=dev, dtype=torch.bfloat16) for name, (n, k) in SHAPES.items()}
+            ys = {name: torch.empty(m, n, device=dev, dtype=torch.bfloat16) for name, (n, k) in SHAPES.items()}
+
+            def layer(i, how):
+                for name in SHAPES:
+                    if how == "torch":
+                        torch.mm(xs[name], w[name][i].T, out=ys[name])
+                    else:
+                        pp.mm(xs[name], w[name][i], ys[name], best[name]["cfg"], pdl=how == "pdl")
+            t = {how: graph_time(lambda i, how=how: layer(i, how), layers) for how in ("torch", "plain", "pdl")}
+            floor = sum(n * k for n, k in SHAPES.values()) * 2 / 4.2e6
+            rows.append(dict(gemm="layer", m=m, **{f"{h}_us": v for h, v in t.items()}, floor_us=floor,
+                             best={nm: cfg_name(b["cfg"]) for nm, b in best.items()}))
+            print(f"pipe layer m={m:>4}: torch {t['torch']:6.2f} µs | ours plain {t['plain']:6.2f} | ours pdl "
+                  f"{t['pdl']:6.2f} | weights at 4.2 TB/s {floor:5.2f} | "
+                  + " ".join(f"{nm} {cfg_name(b['cfg'])}" for nm, b in best.items()), flush=True)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gemm", action="store_true")
@@ -563,6 +684,8 @@ def main():
     ap.add_argument("--xqa", action="store_true")
     ap.add_argument("--l2", action="store_true")
     ap.add_argument("--skinny", action="store_true")
+    ap.add_argument("--pipe", action="store_true")
+    ap.add_argument("--pm", default="16,32,64,96,128,192,256", help="--pipe's rows")
     ap.add_argument("--sm", default="16,32,48,64,96,128")
     ap.add_argument("--skinny-kinds", default="n,p", help="n: skinny's shapes, p: skinny with x in groups, more accumulators")
     ap.add_argument("--xbs", default="1,8,32,64,128,144,160,192,256")
@@ -582,6 +705,8 @@ def main():
         out["l2"] = l2_probe([int(v) for v in args.m.split(",")])
     if args.skinny:
         out["skinny"] = skinny_probe([int(v) for v in args.sm.split(",")], kinds=args.skinny_kinds)
+    if args.pipe:
+        out["pipe"] = pipe_probe([int(v) for v in args.pm.split(",")])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

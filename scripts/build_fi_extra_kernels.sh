@@ -14,6 +14,8 @@ for k in qk_norm_rope_store gemv kv_indices greedy skinny_gemm; do
 done
 # benchmarks/lt_probe.py --l2's prefetch kernel (a probe's, not the library's)
 ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -cubin -arch=sm_90a -O3 -o "$OUTDIR/kernels/l2_prefetch.cubin" "$SRC/../../benchmarks/kernels/l2_prefetch.cu"
+# benchmarks/lt_probe.py --pipe's pipelined product (a probe's, session 37)
+${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -cubin -arch=sm_90a -O3 -o "$OUTDIR/kernels/pipe_gemm.cubin" "$SRC/../../benchmarks/kernels/pipe_gemm.cu"
 [ "${ONLY_CUBIN:-0}" = 1 ] && exit 0
 VENV=${FI_VENV:-$(mktemp -d)/venv}
 if [ ! -x "$VENV/bin/python" ]; then

@@ -558,7 +558,7 @@ def skinny_entry_points() -> set[str]:
 
     from minisgl_edu.model import qk_kernel as kk
     src = (Path(kk.__file__).parent / "skinny_gemm.cu").read_text()
-    macros = src[src.index("// one entry point"):]  # the macros and their uses, after the templates
+    macros = src[src.index("#ifndef SKINNY_NO_ENTRIES"):]  # the macros and their uses, after the templates
     assert shutil.which("cpp"), "the C preprocessor (cpp) is needed to list skinny_gemm.cu's entry points"
     out = subprocess.run(["cpp", "-P"], input=macros, capture_output=True, text=True, check=True).stdout
     return set(re.findall(r"__launch_bounds__\(32 \* \d+\) (\w+)\(", out))
@@ -588,6 +588,40 @@ def test_skinny_probe_names_are_built():
     assert kk.skinny_name(1, 1, 8, 8, 2, 2) not in built  # a pair never built
     assert kk.skinny_name(3, 1, 8, 8) not in built  # 48 rows take MT = 4 (skinny_tiles), never 3
     assert not names([(1, 8, 8, 2, 2)], 16) <= built
+
+
+def test_pipe_probe_names_are_built():
+    """Every configuration benchmarks/lt_probe.py --pipe times (at the rows its calls use) is a kernel
+    benchmarks/kernels/pipe_gemm.cu defines, fits in an SM's shared memory and tiles its product. Kept wrong: a warp
+    layout that does not divide the row tiles and a stage count never built are caught."""
+    import re
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    import lt_probe
+    src = (root / "benchmarks" / "kernels" / "pipe_gemm.cu").read_text()
+    assert shutil.which("cpp"), "the C preprocessor (cpp) is needed to list pipe_gemm.cu's entry points"
+    out = subprocess.run(["cpp", "-P"], input=src[src.index("#define PIPE("):], capture_output=True, text=True,
+                         check=True).stdout
+    built = set(re.findall(r"__launch_bounds__\(32 \* \d+ \* \d+\) (\w+)\(", out))
+    assert len(built) == 42
+
+    def name(c):
+        mt, wm, wn, ntw, s, pf = c
+        return f"pipe_m{mt}_w{wm}x{wn}_n{ntw}_s{lt_probe.PIPE_ST}_p{pf}"
+    for m in (16, 17, 32, 33, 64, 96, 128, 192, 256):
+        for n, k in lt_probe.SHAPES.values():
+            configs = lt_probe.pipe_configs(n, k, m)
+            assert configs and {name(c) for c in configs} <= built, (m, n, k)
+            for mt, wm, wn, ntw, s, pf in configs:
+                assert m <= 16 * mt and n % (8 * ntw * wn) == 0 and k % (s * lt_probe.PIPE_BK) == 0
+                assert lt_probe.PIPE_ST * (8 * ntw * wn + 16 * mt) * (lt_probe.PIPE_BK + 8) * 2 <= 227 * 1024
+    assert name((2, 4, 1, 4, 1, 0)) not in built  # 4 warps down the rows of a 2-tile block: never built
+    assert "pipe_m4_w2x2_n2_s3_p0" not in built  # 3 stages: never built
 
 
 def test_skinny_launch_geometry_on_the_cpu(monkeypatch):

@@ -160,6 +160,7 @@ __device__ __forceinline__ void skinny(const bf16* __restrict__ x, int m, const 
   if (S > 1) last_block_sum<F, T>(m, n, S, out, ws, tickets);
 }
 
+#ifndef SKINNY_NO_ENTRIES  // benchmarks/kernels/pipe_gemm.cu includes the helpers above without these
 // one entry point: its name, and the template's shape
 #define SKINNY_ENTRY(NAME, MT, NT, J, W, G, A)                                                                    \
   extern "C" __global__ void __launch_bounds__(32 * W) NAME(                                                     \
@@ -180,3 +181,4 @@ SKINNY_W(1) SKINNY_W(2) SKINNY_W(4) SKINNY_W(6) SKINNY_W(8)
   SKINNY_GA(MT, J, 8, 1, 2) SKINNY_GA(MT, J, 8, 4, 2)
 #define SKINNY_GA_M(MT) SKINNY_GA_J(MT, 8) SKINNY_GA_J(MT, 16) SKINNY_GA_J(MT, 32)
 SKINNY_GA_M(1) SKINNY_GA_M(2) SKINNY_GA_M(4)
+#endif
