@@ -32,8 +32,8 @@
    Session 36 adds `--skinny-kinds p`: skinny with x copied in groups and more than one accumulator chain. (Session
    35's skinny_t, the operands swapped, was timed in session 36, slower at every size, and removed: git 5384fd0.)
 6. `--pipe` (session 37): skinny grows with the rows because each block loads, then waits for all of x, then
-   multiplies. benchmarks/kernels/pipe_gemm.cu streams W and x through a ring of 4 shared-memory stages (cp.async,
-   ldmatrix, mma.m16n8k16), the first stages' weights (and, with PF, an L2 prefetch of the rest) requested before
+   multiplies. benchmarks/kernels/pipe_gemm.cu streams W and x through a ring of shared-memory stages (cp.async,
+   ldmatrix, mma.m16n8k16; 8 stages for some), the first stages' weights (and, with PF, an L2 prefetch of the rest) requested before
    the PDL wait. Times every built (rows, warp layout, features a block, K slices, PF) that gives 96-400 blocks, with
    PDL, beside torch, at 16-256 rows; then the best of each product as a layer, PDL on and off.
 """
@@ -563,22 +563,29 @@ def skinny_probe(sizes, layers=28, kinds="n,p"):
 
 PIPE_MT = (2, 4, 8, 16)  # 16-row tiles pipe_gemm.cu is built for (m <= 256)
 PIPE_LAYOUTS = ((2, 2, 2), (2, 2, 3), (2, 2, 4), (4, 1, 4), (4, 1, 6), (4, 1, 8))  # (WM, WN, NTW) built; 4x1 at MT % 4 == 0
-PIPE_ST, PIPE_BK = 4, 64
+PIPE_ST8 = ((2, 2, 2, 2), (4, 2, 2, 2), (8, 2, 2, 2), (4, 4, 1, 4), (8, 4, 1, 4), (4, 4, 1, 6), (8, 4, 1, 6),
+            (2, 2, 2, 3))  # (MT, WM, WN, NTW) built with 8 stages as well as 4
+PIPE_BK = 64
 
 
 def pipe_configs(n: int, k: int, m: int):
-    """(MT, WM, WN, NTW, slices, PF) of pipe_gemm.cu for [n, k] at m rows: whole feature tiles, K slices of whole
-    64-wide k-blocks, 96-400 blocks (132 SMs)."""
+    """(MT, WM, WN, NTW, stages, slices, PF) of pipe_gemm.cu for [n, k] at m rows: whole feature tiles, K slices of
+    whole 64-wide k-blocks, 96-400 blocks (132 SMs)."""
     mt = next(v for v in PIPE_MT if 16 * v >= m)
     out = []
     for wm, wn, ntw in PIPE_LAYOUTS:
         bn = 8 * ntw * wn
         if mt % wm or n % bn:
             continue
-        for s in (1, 2, 3, 4):
-            if k % (s * PIPE_BK) == 0 and 96 <= n // bn * s <= 400:
-                out += [(mt, wm, wn, ntw, s, pf) for pf in (0, 1)]
+        for st in (4, 8) if (mt, wm, wn, ntw) in PIPE_ST8 else (4,):
+            for s in (1, 2, 3, 4):
+                if k % (s * PIPE_BK) == 0 and 96 <= n // bn * s <= 400:
+                    out += [(mt, wm, wn, ntw, st, s, pf) for pf in (0, 1)]
     return out
+
+
+def pipe_name(mt, wm, wn, ntw, st, pf) -> str:
+    return f"pipe_m{mt}_w{wm}x{wn}_n{ntw}_s{st}_p{pf}"
 
 
 class Pipe:
@@ -591,20 +598,20 @@ class Pipe:
         self.tickets = torch.zeros(4096, device=dev, dtype=torch.int32)
         self.opted = set()
 
-    def name(self, mt, wm, wn, ntw, pf) -> str:
-        name = f"pipe_m{mt}_w{wm}x{wn}_n{ntw}_s{PIPE_ST}_p{pf}"
+    def name(self, mt, wm, wn, ntw, st, pf) -> str:
+        name = pipe_name(mt, wm, wn, ntw, st, pf)
         self.qk.CUBINS[name] = "pipe_gemm.cubin"  # built by scripts/build_fi_extra_kernels.sh
         return name
 
     def available(self) -> bool:
-        return self.qk._kernel(self.dev, self.name(2, 2, 2, 2, 0)) is not None
+        return self.qk._kernel(self.dev, self.name(2, 2, 2, 2, 4, 0)) is not None
 
     def mm(self, x, w_, out, cfg, pdl: bool = True):
         (m, k), n = x.shape, w_.shape[0]
-        mt, wm, wn, ntw, s, pf = cfg
-        name, bn = self.name(mt, wm, wn, ntw, pf), 8 * ntw * wn
+        mt, wm, wn, ntw, st, s, pf = cfg
+        name, bn = self.name(mt, wm, wn, ntw, st, pf), 8 * ntw * wn
         assert m <= 16 * mt and s * m * n <= self.ws.numel() and n // bn <= self.tickets.numel()
-        shared = PIPE_ST * (bn + 16 * mt) * (PIPE_BK + 8) * 2
+        shared = st * (bn + 16 * mt) * (PIPE_BK + 8) * 2
         if shared > 48 * 1024 and name not in self.opted:
             cuda, fn = self.qk._kernel(self.dev, name)
             self.qk._check(cuda.cuFuncSetAttribute(fn, 8, shared), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES
@@ -616,8 +623,8 @@ class Pipe:
 
 
 def cfg_name(c) -> str:
-    mt, wm, wn, ntw, s, pf = c
-    return f"m{mt}w{wm}x{wn}n{ntw}s{s}p{pf}"
+    mt, wm, wn, ntw, st, s, pf = c
+    return f"m{mt}w{wm}x{wn}n{ntw}st{st}s{s}p{pf}"
 
 
 def pipe_probe(sizes, layers=28):

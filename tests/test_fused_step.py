@@ -608,19 +608,15 @@ def test_pipe_probe_names_are_built():
     out = subprocess.run(["cpp", "-P"], input=src[src.index("#define PIPE("):], capture_output=True, text=True,
                          check=True).stdout
     built = set(re.findall(r"__launch_bounds__\(32 \* \d+ \* \d+\) (\w+)\(", out))
-    assert len(built) == 42
-
-    def name(c):
-        mt, wm, wn, ntw, s, pf = c
-        return f"pipe_m{mt}_w{wm}x{wn}_n{ntw}_s{lt_probe.PIPE_ST}_p{pf}"
+    assert len(built) == 58
     for m in (16, 17, 32, 33, 64, 96, 128, 192, 256):
         for n, k in lt_probe.SHAPES.values():
             configs = lt_probe.pipe_configs(n, k, m)
-            assert configs and {name(c) for c in configs} <= built, (m, n, k)
-            for mt, wm, wn, ntw, s, pf in configs:
+            assert configs and {lt_probe.pipe_name(*c[:5], c[6]) for c in configs} <= built, (m, n, k)
+            for mt, wm, wn, ntw, st, s, pf in configs:
                 assert m <= 16 * mt and n % (8 * ntw * wn) == 0 and k % (s * lt_probe.PIPE_BK) == 0
-                assert lt_probe.PIPE_ST * (8 * ntw * wn + 16 * mt) * (lt_probe.PIPE_BK + 8) * 2 <= 227 * 1024
-    assert name((2, 4, 1, 4, 1, 0)) not in built  # 4 warps down the rows of a 2-tile block: never built
+                assert st * (8 * ntw * wn + 16 * mt) * (lt_probe.PIPE_BK + 8) * 2 <= 227 * 1024
+    assert lt_probe.pipe_name(2, 4, 1, 4, 4, 0) not in built  # 4 warps down the rows of a 2-tile block: never built
     assert "pipe_m4_w2x2_n2_s3_p0" not in built  # 3 stages: never built
 
 

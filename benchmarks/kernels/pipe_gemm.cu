@@ -138,9 +138,14 @@ __device__ __forceinline__ void pipe(const bf16* __restrict__ x, int m, const bf
       float* __restrict__ ws, unsigned* __restrict__ tickets) {                                                    \
     pipe<MT, WM, WN, NTW, ST, PF>(x, m, w, n, k, out, ws, tickets);                                                \
   }
-// 4 warps; BN = 32, 48, 64 features (qkv's 4,096 and gate_up's 6,144 in 128 blocks at 32 and 48; down split in K)
+// 4 stages, 4 warps; BN = 32, 48, 64 features (qkv's 4,096 and gate_up's 6,144 in 128 blocks at 32 and 48; down split in K)
 #define PIPE_P(MT, WM, WN, NTW) PIPE(MT, WM, WN, NTW, 4, 0) PIPE(MT, WM, WN, NTW, 4, 1)
 #define PIPE_2x2(MT) PIPE_P(MT, 2, 2, 2) PIPE_P(MT, 2, 2, 3) PIPE_P(MT, 2, 2, 4)
 #define PIPE_4x1(MT) PIPE_P(MT, 4, 1, 4) PIPE_P(MT, 4, 1, 6) PIPE_P(MT, 4, 1, 8)
 PIPE_2x2(2) PIPE_2x2(4) PIPE_2x2(8) PIPE_2x2(16)
 PIPE_4x1(4) PIPE_4x1(8) PIPE_4x1(16)
+// 8 stages: 7 k-blocks of weights in flight a block, not 3 (at 1 TB/s... 3 TB/s over 132 SMs, ~1 µs of latency wants
+// ~23 KB a SM in flight; 3 stages of 32 features hold 12 KB)
+#define PIPE_8(MT, WM, WN, NTW) PIPE(MT, WM, WN, NTW, 8, 0) PIPE(MT, WM, WN, NTW, 8, 1)
+PIPE_8(2, 2, 2, 2) PIPE_8(4, 2, 2, 2) PIPE_8(8, 2, 2, 2) PIPE_8(4, 4, 1, 4) PIPE_8(8, 4, 1, 4)
+PIPE_8(4, 4, 1, 6) PIPE_8(8, 4, 1, 6) PIPE_8(2, 2, 2, 3)
