@@ -2,6 +2,7 @@
 
     python benchmarks/profile_decode.py TAG [--plain] [--no-qk-kernel] [--lean-off] [--small-m] [--blas cublaslt] [--bs 1,64]
                                            [--json OUT.jsonl] [--timeline SPANS.jsonl] [--no-pdl] [--no-skinny-gemm]
+                                           [--skinny-ga G,A] [--pipe PIPE.json]
 
 Profiles one eager step (engine.forward without graphs) and one CUDA-graph replay with torch.profiler,
 prints every distinct kernel with its count per step and mean time, the kernels of one decoder layer in
@@ -11,7 +12,9 @@ launch order (cut out of the replay between two launches of the attention kernel
 --lean-off: the plain step (lean_step=False); --small-m: our kernels for <= 8 rows (o_proj; SiLU-and-mul +
 down GEMM in one launch); --blas cublaslt: the GEMMs through cuBLASLt (set before capture); --no-pdl: our GEMVs
 launched plainly; --no-skinny-gemm: cuBLAS for 2-16 rows, not our tensor-core GEMM; --timeline: each replay's
-kernels with their start and end (chapter 7's PDL figure).
+kernels with their start and end (chapter 7's PDL figure); --pipe (a probe of session 37): 17-256 rows of the
+row-major products through benchmarks/kernels/pipe_gemm.cu, the fastest configuration `lt_probe.py --pipe --json`
+found for each product at the nearest probed rows at or above, where it beat torch there (else cuBLAS).
 """
 from __future__ import annotations
 
@@ -79,7 +82,10 @@ def main() -> None:
     ap.add_argument("--no-skinny-gemm", dest="skinny_gemm", action="store_false", help="cuBLAS for 2-16 rows, not skinny_gemm.cu")
     ap.add_argument("--skinny-ga", default=None, help="G,A: skinny_gemm.cu's variant with x copied in G groups and A "
                     "accumulator chains (a probe of session 36; the model's is 1,1)")
+    ap.add_argument("--pipe", default=None, help="lt_probe.py --pipe's JSON: 17-256 rows through pipe_gemm.cu")
     args = ap.parse_args()
+    if args.pipe:
+        install_pipe(args.pipe)
     if args.blas:
         torch.backends.cuda.preferred_blas_library(args.blas)
     from minisgl_edu import LLM
@@ -112,6 +118,40 @@ def main() -> None:
         with open(args.json, "a") as f:  # one line per profiled variant and batch size
             for r in rows:
                 f.write(json.dumps(r) + "\n")
+
+
+def install_pipe(path: str) -> None:
+    """layers.few_rows, wrapped: 17-256 rows of a row-major product whose shape lt_probe.py --pipe timed go to
+    pipe_gemm.cu's fastest configuration at the nearest probed rows at or above (the same or more row tiles, so it
+    covers them), where that beat torch; everything else as before."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import lt_probe
+    from minisgl_edu.model import layers
+    probed = [r for r in json.load(open(path))["pipe"] if r["gemm"] != "layer"]
+    pp = lt_probe.Pipe(torch.device("cuda"))
+    if not pp.available():
+        sys.exit("--pipe: no pipe_gemm.cubin (scripts/build_fi_extra_kernels.sh)")
+    chosen: dict[tuple[int, int, int], tuple | None] = {}
+
+    def pick(n: int, k: int, m: int):
+        if (n, k, m) not in chosen:
+            above = sorted((r for r in probed if (r["n"], r["k"]) == (n, k) and r["m"] >= m), key=lambda r: r["m"])
+            r = above[0] if above else None
+            chosen[n, k, m] = tuple(r["best"]["cfg"]) if r and r["best"] and r["best"]["us_pdl"] < r["torch_us"] else None
+            print(f"--pipe: [{n}, {k}] at {m} rows: "
+                  + (lt_probe.cfg_name(chosen[n, k, m]) if chosen[n, k, m] else "cuBLAS"), flush=True)
+        return chosen[n, k, m]
+    plain = layers.few_rows
+
+    def few_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
+        m = x.shape[0]
+        if 17 <= m <= 256 and x.dtype == torch.bfloat16 and x.is_contiguous() and w.is_contiguous() \
+                and (cfg := pick(w.shape[0], w.shape[1], m)) is not None:
+            out = torch.empty(m, w.shape[0], dtype=x.dtype, device=x.device)
+            pp.mm(x, w, out, cfg, pdl=True)
+            return out
+        return plain(x, w)
+    layers.few_rows = few_rows
 
 
 def profile_batch(tag, eng, batch, nl) -> dict:
