@@ -16,13 +16,14 @@ import torch
 
 NAME = "qk_norm_rope_store"
 CUBINS = {NAME: "qk_norm_rope_store.cubin", "kv_indices": "kv_indices.cubin",  # kernel -> file; gemv*: gemv.cubin
-          "greedy_argmax": "greedy.cubin", **{f"skinny_m1_n1_j{j}_w8": "skinny_gemm.cubin" for j in (8, 16, 32)}}
+          "greedy_argmax": "greedy.cubin"}  # and skinny_*: skinny_gemm.cubin
 _FUNCS: dict[tuple[int, str], object] = {}  # (device index, kernel) -> (libcuda, function), or None: no cubin
 
 
 def cubin_path(name: str = NAME) -> pathlib.Path:
     root = pathlib.Path(__file__).resolve().parents[2]
-    file = "gemv.cubin" if name.startswith(tuple(f"{kind}gemv_" for kind in GEMV_KINDS)) else CUBINS[name]
+    file = "gemv.cubin" if name.startswith(tuple(f"{kind}gemv_" for kind in GEMV_KINDS)) \
+        else "skinny_gemm.cubin" if name.startswith("skinny_") else CUBINS[name]  # every shape and variant of each
     return pathlib.Path(os.environ.get("MINISGL_CUBIN_DIR", root / ".gpu" / "kernels")) / file
 
 
@@ -230,7 +231,7 @@ SKINNY_ROWS = 16  # skinny_gemm.cu's one 16-row tile: 2-16 rows; more rows go to
 SKINNY_WARPS = 8  # a block: 8 warps of 8 features, 64 output features
 SKINNY_MIN_BLOCKS = 48  # the longest K slice that still gives this many blocks (the H100's best shape for each product)
 SKINNY_GA_BUILT = ((1, 1), (4, 1), (1, 2), (4, 2), (1, 4), (4, 4))  # (x copy groups, accumulator chains) built (NT 1, 8 warps)
-SKINNY_GA = (1, 1)  # the model's; the others a probe of session 36 (profile_decode.py --skinny-ga)
+SKINNY_GA = (4, 1)  # the model's: x in 4 copy groups, one chain (session 37, H100: 6-10 % faster than 1, 1 at 16 rows)
 SKINNY_WS = 1 << 20  # float partials a (device, stream) keeps: S slices x rows x features
 # (device index, stream) -> (float partials, per-feature-tile tickets, zero between launches); one set per stream as
 # greedy's: launches on one stream run one after the other (a PDL-launched one writes them only after its wait)
