@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
-# Session 37, call 2: skinny_gemm.cu's variant 4,1 (x copied in 4 groups; call 1 timed it 6-10 % faster than 1,1 at
-# 16 rows on an H100) made the model's: the whole GPU suite with it, then the graph step at 2, 8, 16 requests with
-# it, with 1,1 and with cuBLAS; on an H200, issue 16's targets at this commit (p1 p2) before those.
+# Session 37, call 2 (cut to the ~4 minutes of device time left): skinny_gemm.cu's variant 4,1 (x copied in 4 groups;
+# call 1 timed it 6-10 % faster than 1,1 at 2-16 rows on an H100) made the model's: the fused-path GPU tests with it
+# (test_fused.py: the variants against cuBLAS and float32, the model's logits with it on and off), then on an H200
+# issue 16's targets at this commit (p1 p2), else the graph step at 2, 8, 16 requests with 4,1 and with 1,1.
 export MINISGL_CUBIN_DIR=$PWD/.gpu/kernels
 source scripts/gpu_env.sh
 LOG=$OUT/call.log
 r() { echo "=== $* ($(date -u +%T))" >>$LOG; "$@" >>$LOG 2>&1; echo "=== rc=$?" >>$LOG; }
 r nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
-r timeout 200 python3 -m pytest -q tests/gpu -p no:cacheprovider -rfs
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then  # the targets first where they count
-  r timeout 170 python3 benchmarks/bench_gpu.py p1 p2
+r timeout 100 python3 -m pytest -q tests/gpu/test_fused.py -p no:cacheprovider -rfs
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+  r timeout 120 python3 benchmarks/bench_gpu.py p1 p2
   cp benchmarks/results.json $OUT/results.json
+else
+  for v in "ga4,1" "ga1,1 --skinny-ga 1,1"; do
+    r timeout 45 python3 benchmarks/profile_decode.py $v --bs 2,8,16 --json $OUT/profile.jsonl
+  done
 fi
-for v in "ga4,1" "ga1,1 --skinny-ga 1,1" "skinny_off --no-skinny-gemm"; do
-  r timeout 50 python3 benchmarks/profile_decode.py $v --bs 2,8,16 --json $OUT/profile.jsonl
-done
 echo call2 done >>$LOG
