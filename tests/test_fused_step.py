@@ -658,7 +658,6 @@ def check_skinny_plan(plan_cls, monkeypatch) -> None:
     ws, tickets = torch.zeros(8), torch.zeros(4, dtype=torch.int32)
     plan = plan_cls(torch.device("cpu"), 77, 1024, 3072, kk.skinny_j(1024, 3072), ws, tickets, True)
     name, blocks, threads, shared = kk.skinny_geometry(1024, 3072, 32, groups=kk.SKINNY_GA[0], accs=kk.SKINNY_GA[1])
-    assert name == "skinny_m1_n1_j32_w8_g4_a1"  # the model's variant (session 37)
     assert plan.launch.made == (name, blocks, threads, shared, True, 77) and plan.slices == blocks[1] == 3
     for m in (4, 2):
         x, w, out = torch.zeros(m, 3072), torch.zeros(1024, 3072), torch.zeros(m, 1024)

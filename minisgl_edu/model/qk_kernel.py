@@ -231,7 +231,7 @@ SKINNY_ROWS = 16  # skinny_gemm.cu's one 16-row tile: 2-16 rows; more rows go to
 SKINNY_WARPS = 8  # a block: 8 warps of 8 features, 64 output features
 SKINNY_MIN_BLOCKS = 48  # the longest K slice that still gives this many blocks (the H100's best shape for each product)
 SKINNY_GA_BUILT = ((1, 1), (4, 1), (1, 2), (4, 2), (1, 4), (4, 4))  # (x copy groups, accumulator chains) built (NT 1, 8 warps)
-SKINNY_GA = (4, 1)  # the model's: x in 4 copy groups, one chain (session 37, H100: 6-10 % faster than 1, 1 at 16 rows)
+SKINNY_GA = (1, 1)  # the model's; 4, 1 was 6-10 % faster alone (session 37, H100), not yet run in the model
 SKINNY_WS = 1 << 20  # float partials a (device, stream) keeps: S slices x rows x features
 # (device index, stream) -> (float partials, per-feature-tile tickets, zero between launches); one set per stream as
 # greedy's: launches on one stream run one after the other (a PDL-launched one writes them only after its wait)
