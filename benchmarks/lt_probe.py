@@ -499,15 +499,18 @@ class Skinny:
         self.qk.skinny_launch(x, w_, out, self.ws, self.tickets, j, warps, mt, nt, pdl, g, a)
 
 
-def skinny_probe(sizes, layers=28, kinds="n,p"):
-    dev = torch.device("cuda")
-    sk = Skinny(dev)
-    if not sk.available():
-        print("skinny: no skinny_gemm.cubin (scripts/build_fi_extra_kernels.sh)", flush=True)
-        return []
+def product_probe(tag: str, sizes, configs, mm, label, fields, modes=(False, True), dev=None, layers: int = 28):
+    """The probes of our product kernels (--skinny, --pipe): for each row count and each of a layer's products, torch's
+    time, then each configuration from configs(n, k, m): launched plainly then with PDL (mm(x, w, out, cfg, pdl)),
+    checked against a float product (rel. err. < 2e-2) and launch to launch (bit-equal), and timed over `layers`
+    layers' separate weights in a CUDA graph with each PDL mode in `modes`; the fastest good one with PDL is the
+    product's best. Then the four bests in a row as a layer, against torch's four. fields(cfg): what each
+    configuration's JSON row names; label(cfg): its short name in the printout."""
+    dev = dev or torch.device("cuda")
     gen = torch.Generator(device=dev).manual_seed(0)
     w = {name: [torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.03 for _ in range(layers)]
          for name, (n, k) in SHAPES.items()}
+    ok_ = lambda r: r["err"] < 2e-2 and r["repeat_equal"]  # noqa: E731
     rows = []
     for m in sizes:
         best = {}
@@ -519,28 +522,26 @@ def skinny_probe(sizes, layers=28, kinds="n,p"):
             err_torch = float((out.float() - ref).norm() / ref.norm())
             t_torch = graph_time(lambda i: torch.mm(x, w[name][i].T, out=out), layers)
             res = []
-            for nt, j, warps, g, a in skinny_configs(n, k, m, kinds):
+            for c in configs(n, k, m):
                 out.fill_(float("nan"))
-                sk.mm(x, w[name][0], out, nt, j, warps, False, g, a)
+                mm(x, w[name][0], out, c, False)
                 first = out.clone()
-                sk.mm(x, w[name][0], out, nt, j, warps, True, g, a)
+                mm(x, w[name][0], out, c, True)
                 torch.cuda.synchronize()
-                err = float((out.float() - ref).norm() / ref.norm())
-                same = bool(torch.equal(first, out))
-                t = {pdl: graph_time(lambda i: sk.mm(x, w[name][i], out, nt, j, warps, pdl, g, a), layers)
-                     for pdl in (False, True)}
-                res.append(dict(nt=nt, j=j, warps=warps, g=g, a=a, err=err, repeat_equal=same, us=t[False],
-                                us_pdl=t[True]))
-            good = [r for r in res if r["err"] < 2e-2 and r["repeat_equal"]]
-            b = min(good, key=lambda r: r["us_pdl"]) if good else None
-            best[name] = b
-            rows.append(dict(gemm=name, m=m, n=n, k=k, torch_us=t_torch, torch_err=err_torch, configs=res, best=b))
-            cfg = " | ".join(f"n{r['nt']}j{r['j']}w{r['warps']}"
-                             + (f"g{r['g']}a{r['a']}" if (r["g"], r["a"]) != (1, 1) else "") + f" {r['us']:5.2f}/{r['us_pdl']:5.2f}"
-                             + ("" if r["err"] < 2e-2 and r["repeat_equal"] else f" BAD(err {r['err']:.1e}, rep {r['repeat_equal']})")
-                             for r in res)
-            print(f"skinny {name:>8} m={m:>4}: torch {t_torch:6.2f} µs (err {err_torch:.1e}), weights at 4.2 TB/s "
-                  f"{n * k * 2 / 4.2e6:5.2f} | ours plain/pdl: {cfg}", flush=True)
+                r = dict(fields(c), cfg=list(c), err=float((out.float() - ref).norm() / ref.norm()),
+                         repeat_equal=bool(torch.equal(first, out)))
+                for pdl in modes:
+                    r["us_pdl" if pdl else "us"] = graph_time(lambda i: mm(x, w[name][i], out, c, pdl), layers)
+                res.append(r)
+            good = [r for r in res if ok_(r)]
+            best[name] = min(good, key=lambda r: r["us_pdl"]) if good else None
+            rows.append(dict(gemm=name, m=m, n=n, k=k, torch_us=t_torch, torch_err=err_torch, configs=res,
+                             best=best[name]))
+            cfg = " | ".join(f"{label(tuple(r['cfg']))} " + "/".join(f"{r[u]:5.2f}" for u in ("us", "us_pdl") if u in r)
+                             + ("" if ok_(r) else f" BAD(err {r['err']:.1e}, rep {r['repeat_equal']})")
+                             for r in sorted(res, key=lambda r: r["us_pdl"]))
+            print(f"{tag} {name:>8} m={m:>4}: torch {t_torch:6.2f} µs (err {err_torch:.1e}), weights at 4.2 TB/s "
+                  f"{n * k * 2 / 4.2e6:5.2f} | ours {'plain/' * (False in modes)}pdl, fastest first: {cfg}", flush=True)
         if all(best.values()):  # the four in a row, as a layer runs them (each its own input: only the order matters)
             xs = {name: torch.randn(m, k, device=dev, dtype=torch.bfloat16) for name, (n, k) in SHAPES.items()}
             ys = {name: torch.empty(m, n, device=dev, dtype=torch.bfloat16) for name, (n, k) in SHAPES.items()}
@@ -550,15 +551,28 @@ def skinny_probe(sizes, layers=28, kinds="n,p"):
                     if how == "torch":
                         torch.mm(xs[name], w[name][i].T, out=ys[name])
                     else:
-                        b = best[name]
-                        sk.mm(xs[name], w[name][i], ys[name], b["nt"], b["j"], b["warps"], how == "pdl", b["g"], b["a"])
+                        mm(xs[name], w[name][i], ys[name], tuple(best[name]["cfg"]), how == "pdl")
             t = {how: graph_time(lambda i, how=how: layer(i, how), layers) for how in ("torch", "plain", "pdl")}
             floor = sum(n * k for n, k in SHAPES.values()) * 2 / 4.2e6
             rows.append(dict(gemm="layer", m=m, **{f"{h}_us": v for h, v in t.items()}, floor_us=floor,
-                             best={nm: (b["nt"], b["j"], b["warps"], b["g"], b["a"]) for nm, b in best.items()}))
-            print(f"skinny layer m={m:>4}: torch {t['torch']:6.2f} µs | ours plain {t['plain']:6.2f} | ours pdl "
-                  f"{t['pdl']:6.2f} | weights at 4.2 TB/s {floor:5.2f}", flush=True)
+                             best={nm: label(tuple(b["cfg"])) for nm, b in best.items()}))
+            print(f"{tag} layer m={m:>4}: torch {t['torch']:6.2f} µs | ours plain {t['plain']:6.2f} | ours pdl "
+                  f"{t['pdl']:6.2f} | weights at 4.2 TB/s {floor:5.2f} | "
+                  + " ".join(f"{nm} {label(tuple(b['cfg']))}" for nm, b in best.items()), flush=True)
     return rows
+
+
+def skinny_probe(sizes, layers=28, kinds="n,p", dev=None):
+    dev = dev or torch.device("cuda")
+    sk = Skinny(dev)
+    if not sk.available():
+        print("skinny: no skinny_gemm.cubin (scripts/build_fi_extra_kernels.sh)", flush=True)
+        return []
+    return product_probe(
+        "skinny", sizes, lambda n, k, m: skinny_configs(n, k, m, kinds),
+        lambda x, w_, out, c, pdl: sk.mm(x, w_, out, c[0], c[1], c[2], pdl, c[3], c[4]),
+        lambda c: f"n{c[0]}j{c[1]}w{c[2]}" + (f"g{c[3]}a{c[4]}" if (c[3], c[4]) != (1, 1) else ""),
+        lambda c: dict(zip(("nt", "j", "warps", "g", "a"), c)), dev=dev, layers=layers)
 
 
 PIPE_MT = (2, 4, 8, 16)  # 16-row tiles pipe_gemm.cu is built for (m <= 256)
@@ -627,61 +641,14 @@ def cfg_name(c) -> str:
     return f"m{mt}w{wm}x{wn}n{ntw}st{st}s{s}p{pf}"
 
 
-def pipe_probe(sizes, layers=28):
-    dev = torch.device("cuda")
+def pipe_probe(sizes, layers=28, dev=None):
+    dev = dev or torch.device("cuda")
     pp = Pipe(dev)
     if not pp.available():
         print("pipe: no pipe_gemm.cubin (scripts/build_fi_extra_kernels.sh)", flush=True)
         return []
-    gen = torch.Generator(device=dev).manual_seed(0)
-    w = {name: [torch.randn(n, k, device=dev, dtype=torch.bfloat16, generator=gen) * 0.03 for _ in range(layers)]
-         for name, (n, k) in SHAPES.items()}
-    rows = []
-    for m in sizes:
-        best = {}
-        for name, (n, k) in SHAPES.items():
-            x = torch.randn(m, k, device=dev, dtype=torch.bfloat16, generator=gen)
-            out = torch.empty(m, n, device=dev, dtype=torch.bfloat16)
-            ref = x.float() @ w[name][0].float().T
-            t_torch = graph_time(lambda i: torch.mm(x, w[name][i].T, out=out), layers)
-            res = []
-            for c in pipe_configs(n, k, m):
-                out.fill_(float("nan"))
-                pp.mm(x, w[name][0], out, c, pdl=False)
-                first = out.clone()
-                pp.mm(x, w[name][0], out, c, pdl=True)
-                torch.cuda.synchronize()
-                err = float((out.float() - ref).norm() / ref.norm())
-                same = bool(torch.equal(first, out))
-                us = graph_time(lambda i: pp.mm(x, w[name][i], out, c), layers)
-                res.append(dict(cfg=c, err=err, repeat_equal=same, us_pdl=us))
-            good = [r for r in res if r["err"] < 2e-2 and r["repeat_equal"]]
-            b = min(good, key=lambda r: r["us_pdl"]) if good else None
-            best[name] = b
-            rows.append(dict(gemm=name, m=m, n=n, k=k, torch_us=t_torch, configs=res, best=b))
-            cfg = " | ".join(f"{cfg_name(r['cfg'])} {r['us_pdl']:5.2f}"
-                             + ("" if r["err"] < 2e-2 and r["repeat_equal"] else f" BAD(err {r['err']:.1e}, rep {r['repeat_equal']})")
-                             for r in sorted(res, key=lambda r: r["us_pdl"]))
-            print(f"pipe {name:>8} m={m:>4}: torch {t_torch:6.2f} µs, weights at 4.2 TB/s {n * k * 2 / 4.2e6:5.2f} | "
-                  f"ours pdl, fastest first: {cfg}", flush=True)
-        if all(best.values()):  # the four in a row, as a layer runs them
-            xs = {name: torch.randn(m, k, device=dev, dtype=torch.bfloat16) for name, (n, k) in SHAPES.items()}
-            ys = {name: torch.empty(m, n, device=dev, dtype=torch.bfloat16) for name, (n, k) in SHAPES.items()}
-
-            def layer(i, how):
-                for name in SHAPES:
-                    if how == "torch":
-                        torch.mm(xs[name], w[name][i].T, out=ys[name])
-                    else:
-                        pp.mm(xs[name], w[name][i], ys[name], best[name]["cfg"], pdl=how == "pdl")
-            t = {how: graph_time(lambda i, how=how: layer(i, how), layers) for how in ("torch", "plain", "pdl")}
-            floor = sum(n * k for n, k in SHAPES.values()) * 2 / 4.2e6
-            rows.append(dict(gemm="layer", m=m, **{f"{h}_us": v for h, v in t.items()}, floor_us=floor,
-                             best={nm: cfg_name(b["cfg"]) for nm, b in best.items()}))
-            print(f"pipe layer m={m:>4}: torch {t['torch']:6.2f} µs | ours plain {t['plain']:6.2f} | ours pdl "
-                  f"{t['pdl']:6.2f} | weights at 4.2 TB/s {floor:5.2f} | "
-                  + " ".join(f"{nm} {cfg_name(b['cfg'])}" for nm, b in best.items()), flush=True)
-    return rows
+    return product_probe("pipe", sizes, pipe_configs, pp.mm, cfg_name, lambda c: {}, modes=(True,), dev=dev,
+                         layers=layers)
 
 
 def main():

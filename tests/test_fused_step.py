@@ -685,3 +685,79 @@ def test_skinny_plan_arguments_on_the_cpu(monkeypatch):
     for wrong in (SwappedNK, FirstPointers):
         with pytest.raises(AssertionError):
             check_skinny_plan(wrong, monkeypatch)
+
+
+def test_product_probes_on_the_cpu(monkeypatch, tmp_path):
+    """benchmarks/lt_probe.py's --skinny and --pipe loops, run on the CPU with stand-in kernels (x @ w.T in float) and
+    a stand-in timer, so a device call never finds a bug in them: every configuration is checked and timed, a wrong
+    one (a row left unwritten) and an unrepeatable one are marked bad and never taken as best even when fastest, the
+    layer row names each product's best, and profile_decode.py --pipe reads the probe's JSON and routes a product
+    to the best configuration where it beat torch."""
+    import json
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    import lt_probe
+    import profile_decode
+    cost = {"now": 100.0}  # the stand-in timer reads what the last launch cost; torch's products cost 100
+
+    def graph_time(fn, layers, iters=20):
+        cost["now"] = 100.0
+        fn(0)
+        return cost["now"]
+    monkeypatch.setattr(lt_probe, "graph_time", graph_time)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    WRONG, UNREPEATABLE = "wrong", "unrepeatable"
+    calls = {"n": 0}
+
+    def launch(x, w, out, c, pdl, kind):
+        calls["n"] += 1
+        y = x.float() @ w.float().T
+        if kind == WRONG:
+            y[-1] = 0  # a stand-in that forgets a row
+        if kind == UNREPEATABLE:
+            y += 1e-2 * calls["n"]  # differs launch to launch
+        out.copy_(y.to(out.dtype))
+        cost["now"] = 1.0 if kind in (WRONG, UNREPEATABLE) else 50.0 + 0.1 * sum(c)  # the bad ones fastest
+
+    class FakePipe:
+        def __init__(self, dev):
+            pass
+
+        def available(self):
+            return True
+
+        def mm(self, x, w, out, c, pdl=True):
+            launch(x, w, out, c, pdl, {(0,) * 7: WRONG, (1,) * 7: UNREPEATABLE}.get(tuple(c)))
+    monkeypatch.setattr(lt_probe, "Pipe", FakePipe)
+    real = lt_probe.pipe_configs
+    monkeypatch.setattr(lt_probe, "pipe_configs", lambda n, k, m: real(n, k, m)[:2] + [(0,) * 7, (1,) * 7])
+    rows = lt_probe.pipe_probe([32], layers=2, dev=torch.device("cpu"))
+    products = [r for r in rows if r["gemm"] != "layer"]
+    assert [r["gemm"] for r in rows] == list(lt_probe.SHAPES) + ["layer"]
+    for r in products:
+        bad = {tuple(c["cfg"]) for c in r["configs"] if not (c["err"] < 2e-2 and c["repeat_equal"])}
+        assert bad == {(0,) * 7, (1,) * 7}
+        assert tuple(r["best"]["cfg"]) == min((tuple(c) for c in real(r["n"], r["k"], 32)[:2]), key=sum)
+    assert rows[-1]["best"] == {r["gemm"]: lt_probe.cfg_name(tuple(r["best"]["cfg"])) for r in products}
+    (tmp_path / "pipe.json").write_text(json.dumps({"pipe": rows}))
+    from minisgl_edu.model import layers
+    monkeypatch.setattr(layers, "few_rows", layers.few_rows)  # install_pipe wraps it; put it back afterwards
+    profile_decode.install_pipe(str(tmp_path / "pipe.json"))
+    n, k = lt_probe.SHAPES["qkv"]
+    x, w = torch.randn(20, k, dtype=torch.bfloat16), torch.randn(n, k, dtype=torch.bfloat16)
+    before = calls["n"]
+    y = layers.few_rows(x, w)  # 20 rows: the probe's 32-row best, which beat torch (50 against 100)
+    assert calls["n"] == before + 1 and torch.allclose(y.float(), (x.float() @ w.float().T), rtol=2e-2, atol=0.5)
+    assert layers.few_rows(torch.randn(40, k, dtype=torch.bfloat16), w) is None  # 40 rows: not probed, cuBLAS
+
+    class FakeSkinny(FakePipe):
+        def mm(self, x, w, out, nt, j, warps, pdl, g=1, a=1):
+            launch(x, w, out, (nt, j, warps, g, a), pdl, WRONG if (g, a) == (4, 4) else None)
+    monkeypatch.setattr(lt_probe, "Skinny", FakeSkinny)
+    rows = lt_probe.skinny_probe([16], layers=2, kinds="n,p", dev=torch.device("cpu"))
+    for r in (r for r in rows if r["gemm"] != "layer"):
+        assert {(c["g"], c["a"]) for c in r["configs"] if c["err"] >= 2e-2} == {(4, 4)}
+        assert (r["best"]["g"], r["best"]["a"]) != (4, 4) and "us" in r["best"] and "us_pdl" in r["best"]
