@@ -4,6 +4,9 @@
 // Why: at 17-256 rows cuBLAS takes 5-7 µs a product (about 1.25 TB/s on these 2-12 MB weights, Nsight Compute in
 // session 36), the weights alone 2-3 µs at the copy rate; the products are the largest share of issue 16's gap on the
 // H200 (bench_gpu.py free: P1 0.628 as it is, 0.769 with the products skipped).
+// Measured (session 37, H100, all 468 configurations correct): slower than cuBLAS at every size, a layer's four
+// products 34 against 25 µs at 16 rows and 91 against 32 at 256. Each block reads all of x's rows, so x crosses from
+// the L2 once per block (8x qkv's weight bytes at 256 rows). Kept as the record of a refuted probe.
 // Layout: a block owns BM = 16 MT rows (all of x's rows, zero-filled past m) and BN = 8 NTW WN features, over one K
 // slice (grid.y slices; more than one: float partials summed by the last block, skinny_gemm.cu's last_block_sum).
 // WM x WN warps; a warp owns MT / WM 16-row tiles and NTW groups of 8 features, fragments through ldmatrix.
