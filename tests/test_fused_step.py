@@ -504,6 +504,7 @@ def test_few_rows_dispatch_on_the_cpu(monkeypatch):
         monkeypatch.setattr(layers.KERNELS, name, value)
     g = torch.Generator().manual_seed(1)
     norm = layers.RMSNorm(16, 1e-6)
+    norm.weight.data = 1 + 0.3 * torch.randn(16, generator=g)  # made with torch.empty: garbage (at times NaN) until set
     col, row = layers.ColumnParallelLinear.simple(16, 48), layers.RowParallelLinear(24, 16)
     for p in (col.weight, row.weight):
         p.data = torch.randn(p.shape, generator=g)
