@@ -1,6 +1,6 @@
 """Issue 16, sessions 29-31: four questions about a decode layer's time on the H200, asked before building anything.
 
-    python benchmarks/lt_probe.py [--gemm] [--attn] [--xqa] [--l2] [--skinny] [--pipe] [--json OUT]
+    python benchmarks/lt_probe.py [--gemm] [--attn] [--xqa] [--l2] [--skinny] [--pipe] [--cutlass] [--json OUT]
 
 1. `--gemm`: the four products of a Qwen3-0.6B decoder layer at decode batch sizes take ~6 µs each through
    cuBLAS's own choice (session 18: 23.6 µs + a 2.1 µs split-K reduce a layer at 128 rows for 31 MB of weights, ~1.2
@@ -36,6 +36,9 @@
    ldmatrix, mma.m16n8k16; 8 stages for some), the first stages' weights (and, with PF, an L2 prefetch of the rest) requested before
    the PDL wait. Times every built (rows, warp layout, features a block, K slices, PF) that gives 96-400 blocks, with
    PDL, beside torch, at 16-256 rows; then the best of each product as a layer, PDL on and off.
+7. `--cutlass` (session 37, built, not yet run): CUTLASS 4.2's Hopper GEMM with the operands swapped (the features as
+   the wgmma's M, the rows as its N; benchmarks/kernels/cutlass_swap_ab.cu, a host library built here), x multicast
+   across a cluster of 2 or the work split along K by stream-K, each variant PDL off and on, at 16-256 rows.
 """
 from __future__ import annotations
 
@@ -651,6 +654,49 @@ def pipe_probe(sizes, layers=28, dev=None):
                          layers=layers)
 
 
+class Cutlass:
+    """benchmarks/kernels/cutlass_swap_ab.cu's host library (cutlass_swap_ab.so beside the cubins) through ctypes: its
+    variants by name, a workspace for stream-K, launches on torch's current stream."""
+
+    def __init__(self, dev):
+        from minisgl_edu.model import qk_kernel
+        path = qk_kernel.cubin_path("greedy_argmax").parent / "cutlass_swap_ab.so"
+        self.dev, self.lib = dev, ctypes.CDLL(str(path)) if path.exists() else None
+        if self.lib is None:
+            return
+        L, p, i = self.lib, ctypes.c_void_p, ctypes.c_int
+        L.swap_ab_name.restype, L.swap_ab_workspace.restype = ctypes.c_char_p, ctypes.c_size_t
+        L.swap_ab.argtypes = [i, p, p, p, i, i, i, p, ctypes.c_size_t, p, i]
+        self.names = [L.swap_ab_name(v).decode() for v in range(L.swap_ab_count())]
+        self.ws = None
+
+    def available(self) -> bool:
+        return self.lib is not None and self.dev.type == "cuda" and torch.cuda.get_device_capability(self.dev) == (9, 0)
+
+    def configs(self, n: int, k: int, m: int):
+        return [(v,) for v in range(len(self.names)) if self.lib.swap_ab_can(v, m, n, k) == 0]
+
+    def mm(self, x, w_, out, c, pdl: bool = True):
+        (m, k), n, v = x.shape, w_.shape[0], c[0]
+        need = self.lib.swap_ab_workspace(v, m, n, k)
+        if self.ws is None or self.ws.numel() < need:  # grown outside graph capture: the probe's first launch is eager
+            self.ws = torch.empty(max(need, 1 << 20), dtype=torch.uint8, device=self.dev)
+        rc = self.lib.swap_ab(v, w_.data_ptr(), x.data_ptr(), out.data_ptr(), m, n, k, self.ws.data_ptr(),
+                              self.ws.numel(), torch.cuda.current_stream(self.dev).cuda_stream, int(pdl))
+        if rc:
+            raise RuntimeError(f"cutlass_swap_ab {self.names[v]} at [{m}, {k}] x [{n}, {k}]: error {rc}")
+
+
+def cutlass_probe(sizes, layers=28, dev=None):
+    dev = dev or torch.device("cuda")
+    cu = Cutlass(dev)
+    if not cu.available():
+        print("cutlass: no cutlass_swap_ab.so (CUTLASS=1 bash scripts/build_fi_extra_kernels.sh) or not sm_90", flush=True)
+        return []
+    return product_probe("cutlass", sizes, cu.configs, cu.mm, lambda c: cu.names[c[0]],
+                         lambda c: dict(variant=cu.names[c[0]]), dev=dev, layers=layers)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--gemm", action="store_true")
@@ -659,7 +705,8 @@ def main():
     ap.add_argument("--l2", action="store_true")
     ap.add_argument("--skinny", action="store_true")
     ap.add_argument("--pipe", action="store_true")
-    ap.add_argument("--pm", default="16,32,64,96,128,192,256", help="--pipe's rows")
+    ap.add_argument("--cutlass", action="store_true")
+    ap.add_argument("--pm", default="16,32,64,96,128,192,256", help="--pipe's and --cutlass's rows")
     ap.add_argument("--sm", default="16,32,48,64,96,128")
     ap.add_argument("--skinny-kinds", default="n,p", help="n: skinny's shapes, p: skinny with x in groups, more accumulators")
     ap.add_argument("--xbs", default="1,8,32,64,128,144,160,192,256")
@@ -681,6 +728,8 @@ def main():
         out["skinny"] = skinny_probe([int(v) for v in args.sm.split(",")], kinds=args.skinny_kinds)
     if args.pipe:
         out["pipe"] = pipe_probe([int(v) for v in args.pm.split(",")])
+    if args.cutlass:
+        out["cutlass"] = cutlass_probe([int(v) for v in args.pm.split(",")])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)

@@ -16,6 +16,15 @@ done
 ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -cubin -arch=sm_90a -O3 -o "$OUTDIR/kernels/l2_prefetch.cubin" "$SRC/../../benchmarks/kernels/l2_prefetch.cu"
 # benchmarks/lt_probe.py --pipe's pipelined product (a probe's, session 37)
 ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -cubin -arch=sm_90a -O3 -o "$OUTDIR/kernels/pipe_gemm.cubin" "$SRC/../../benchmarks/kernels/pipe_gemm.cu"
+# benchmarks/lt_probe.py --cutlass's host library (a probe's, session 37; minutes): CUTLASS 4.2's Hopper GEMM, the
+# headers from the nvidia-cutlass wheel, the CUDA runtime linked in statically
+if [ "${CUTLASS:-0}" = 1 ]; then
+  CUT=$(mktemp -d); pip download -q --no-deps -d "$CUT" nvidia-cutlass==4.2.0.0 && (cd "$CUT" && unzip -q -o ./*.whl "cutlass_library/source/include/*" "cutlass_library/source/tools/util/include/*")
+  ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -std=c++17 -arch=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -Xcompiler -fPIC -shared \
+    -I"$CUT/cutlass_library/source/include" -I"$CUT/cutlass_library/source/tools/util/include" \
+    -o "$OUTDIR/kernels/cutlass_swap_ab.so" "$SRC/../../benchmarks/kernels/cutlass_swap_ab.cu"
+  echo "built $OUTDIR/kernels/cutlass_swap_ab.so"
+fi
 [ "${ONLY_CUBIN:-0}" = 1 ] && exit 0
 VENV=${FI_VENV:-$(mktemp -d)/venv}
 if [ ! -x "$VENV/bin/python" ]; then
