@@ -4,11 +4,7 @@
 # tests (test_fused.py: every variant against cuBLAS and float32 through the plans, the model's logits with the GEMM on
 # and off), then on an H200 issue 16's targets at this commit (p1 p2), else the graph step at 2, 8, 16 requests with
 # 4,1 and with the model's 1,1. If 4,1 wins in the model, set qk_kernel.SKINNY_GA = (4, 1) and run tests/gpu.
-export MINISGL_CUBIN_DIR=$PWD/.gpu/kernels
-source scripts/gpu_env.sh
-LOG=$OUT/call.log
-r() { echo "=== $* ($(date -u +%T))" >>$LOG; "$@" >>$LOG 2>&1; echo "=== rc=$?" >>$LOG; }
-r nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+source benchmarks/issue16/call_env.sh
 r timeout 100 python3 -m pytest -q tests/gpu/test_fused.py -p no:cacheprovider -rfs
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   r timeout 120 python3 benchmarks/bench_gpu.py p1 p2

@@ -4,10 +4,6 @@
 # .gpu/kernels with cutlass_swap_ab.so from CUTLASS=1 ONLY_CUBIN=1 bash scripts/build_fi_extra_kernels.sh) at 16-256
 # rows against torch, each variant checked against a float product (rel. err. < 2e-2, bit-equal launch to launch),
 # timed with PDL off and on over 28 layers' weights in a CUDA graph, and the best of each product as a layer.
-export MINISGL_CUBIN_DIR=$PWD/.gpu/kernels
-source scripts/gpu_env.sh
-LOG=$OUT/call.log
-r() { echo "=== $* ($(date -u +%T))" >>$LOG; "$@" >>$LOG 2>&1; echo "=== rc=$?" >>$LOG; }
-r nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
+source benchmarks/issue16/call_env.sh
 r timeout 150 python3 benchmarks/lt_probe.py --cutlass --json $OUT/cutlass.json
 echo call3 done >>$LOG
