@@ -486,18 +486,12 @@ class Skinny:
         self.ws = torch.empty(32 * 128 * 6144, device=dev, dtype=torch.float32)
         self.tickets = torch.zeros(4096, device=dev, dtype=torch.int32)
 
-    def name(self, mt: int, nt: int, j: int, w: int, g: int = 1, a: int = 1) -> str:
-        name = self.qk.skinny_name(mt, nt, j, w, g, a)
-        self.qk.CUBINS[name] = "skinny_gemm.cubin"  # built by scripts/build_fi_extra_kernels.sh
-        return name
-
-    def available(self) -> bool:
-        return self.qk._kernel(self.dev, self.name(1, 1, 4, 4)) is not None
+    def available(self) -> bool:  # the loader finds every skinny_* kernel in skinny_gemm.cubin
+        return self.qk._kernel(self.dev, self.qk.skinny_name(1, 1, 4, 4)) is not None
 
     def mm(self, x, w_, out, nt: int, j: int, warps: int, pdl: bool, g: int = 1, a: int = 1):
         m, k = x.shape
         mt = skinny_tiles(m)
-        self.name(mt, nt, j, warps, g, a)  # its cubin known to the launcher
         assert k // (32 * j) * m * w_.shape[0] <= self.ws.numel() and m <= 128
         self.qk.skinny_launch(x, w_, out, self.ws, self.tickets, j, warps, mt, nt, pdl, g, a)
 
@@ -613,7 +607,6 @@ class Pipe:
         self.qk, self.dev = qk_kernel, dev
         self.ws = torch.empty(4 * 256 * 6144, device=dev, dtype=torch.float32)
         self.tickets = torch.zeros(4096, device=dev, dtype=torch.int32)
-        self.opted = set()
 
     def name(self, mt, wm, wn, ntw, st, pf) -> str:
         name = pipe_name(mt, wm, wn, ntw, st, pf)
@@ -628,11 +621,7 @@ class Pipe:
         mt, wm, wn, ntw, st, s, pf = cfg
         name, bn = self.name(mt, wm, wn, ntw, st, pf), 8 * ntw * wn
         assert m <= 16 * mt and s * m * n <= self.ws.numel() and n // bn <= self.tickets.numel()
-        shared = st * (bn + 16 * mt) * (PIPE_BK + 8) * 2
-        if shared > 48 * 1024 and name not in self.opted:
-            cuda, fn = self.qk._kernel(self.dev, name)
-            self.qk._check(cuda.cuFuncSetAttribute(fn, 8, shared), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES
-            self.opted.add(name)
+        shared = st * (bn + 16 * mt) * (PIPE_BK + 8) * 2  # more than 48 KB: the launcher opts the kernel in
         p = self.qk._ptr
         self.qk._launch(name, self.dev, (n // bn, s), 32 * wm * wn,
                         [p(x), ctypes.c_int(m), p(w_), ctypes.c_int(n), ctypes.c_int(k), p(out), p(self.ws),

@@ -85,7 +85,10 @@ def main() -> None:
     ap.add_argument("--pipe", default=None, help="lt_probe.py --pipe's JSON: 17-256 rows through pipe_gemm.cu")
     args = ap.parse_args()
     if args.pipe:
-        install_pipe(args.pipe)
+        try:
+            install_pipe(args.pipe)
+        except (OSError, ValueError, KeyError, TypeError) as e:  # not lt_probe.py --pipe --json's output
+            ap.error(f"--pipe {args.pipe!r}: not lt_probe.py --pipe's JSON ({type(e).__name__}: {e})")
     if args.blas:
         torch.backends.cuda.preferred_blas_library(args.blas)
     from minisgl_edu import LLM

@@ -401,6 +401,45 @@ def test_programmatic_dependent_launch_on_the_cpu(monkeypatch):
     assert kk.LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION == 6  # cuda.h: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
 
 
+def test_large_shared_memory_opt_in_on_the_cpu(monkeypatch):
+    """A launch asking for more than 48 KB of dynamic shared memory (the probes' shapes) first raises the kernel's
+    limit to that (cuFuncSetAttribute, MAX_DYNAMIC_SHARED_SIZE_BYTES = 8), once per (device, kernel); at 48 KB or less
+    it asks nothing. Without it the driver refuses the launch."""
+    import ctypes
+    from types import SimpleNamespace
+
+    from minisgl_edu.model import qk_kernel as kk
+    asked = []
+
+    class Driver:
+        def cuFuncSetAttribute(self, fn, attr, value):
+            asked.append((fn.value, attr, value))
+            return 0
+
+        def cuLaunchKernel(self, *a):
+            return 0
+
+    monkeypatch.setattr(kk, "_kernel", lambda device, name: (Driver(), ctypes.c_void_p(len(name))))
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: SimpleNamespace(cuda_stream=0x5000))
+    cpu, args = torch.device("cpu"), [ctypes.c_int(3)]
+
+    def check():
+        asked.clear()
+        monkeypatch.setattr(kk, "_OPTED_IN", set())
+        for name, shared in (("pipe_a", 100_000), ("pipe_a", 100_000), ("pipe_bb", 48 * 1024), ("pipe_ccc", 60_000)):
+            kk._launch(name, cpu, 1, 128, args, shared=shared)
+        assert asked == [(6, 8, 100_000), (8, 8, 60_000)]
+    check()
+
+    class AsksEveryTime(kk._Launch):  # a wrong launcher, kept: forgets it asked (a driver call on every launch)
+        def __init__(self, *a, **k):
+            kk._OPTED_IN.clear()
+            super().__init__(*a, **k)
+    monkeypatch.setattr(kk, "_Launch", AsksEveryTime)
+    with pytest.raises(AssertionError):
+        check()
+
+
 def balanced_step_with_padding(seq_lens, size, kv_bytes_per_token):
     """The wrong rule, kept: the graph's padding lanes (length 1) counted in the mean."""
     from minisgl_edu.attention import flashinfer as fi

@@ -67,6 +67,9 @@ class LaunchConfig(ctypes.Structure):  # cuda.h's CUlaunchConfig
                 ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
 
 
+_OPTED_IN: set[tuple[torch.device, str]] = set()  # (device, kernel) allowed more than 48 KB of dynamic shared memory
+
+
 class _Launch:
     """One kernel's launch on one stream, its configuration built once: `_launch` makes one a call; the model's
     skinny GEMM keeps one a shape (a plan), so a hot kernel pays the host only for its arguments."""
@@ -74,6 +77,9 @@ class _Launch:
     def __init__(self, name: str, device: torch.device, blocks: int | tuple[int, int], threads: int, shared: int = 0,
                  pdl: bool = False, stream: int | None = None) -> None:
         self.cuda, self.fn = _kernel(device, name)
+        if shared > 48 * 1024 and (device, name) not in _OPTED_IN:  # the probes' shapes: ask for more, once a kernel
+            _check(self.cuda.cuFuncSetAttribute(self.fn, 8, shared), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES
+            _OPTED_IN.add((device, name))
         self.stream = ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream if stream is None else stream)
         self.bx, self.by = blocks if isinstance(blocks, tuple) else (blocks, 1)
         self.threads, self.shared, self.pdl = threads, shared, pdl
@@ -326,9 +332,6 @@ def skinny_geometry(n: int, k: int, j: int, warps: int = SKINNY_WARPS, mt: int =
     return skinny_name(mt, nt, j, warps, groups, accs), (n // (8 * nt * warps), k // (32 * j)), 32 * warps, shared
 
 
-_OPTED_IN: set[tuple[torch.device, str]] = set()  # (device, kernel) allowed more than 48 KB of dynamic shared memory
-
-
 def skinny_launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ws: torch.Tensor, tickets: torch.Tensor, j: int,
                   warps: int = SKINNY_WARPS, mt: int = 1, nt: int = 1, pdl: bool = True, groups: int = 1,
                   accs: int = 1) -> None:
@@ -338,10 +341,6 @@ def skinny_launch(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, ws: torch
     plan (skinny) with the same geometry."""
     (m, k), n = x.shape, w.shape[0]
     name, blocks, threads, shared = skinny_geometry(n, k, j, warps, mt, nt, groups, accs)
-    if shared > 48 * 1024 and (x.device, name) not in _OPTED_IN:  # the probe's shapes of more than 48 rows
-        cuda, fn = _kernel(x.device, name)
-        _check(cuda.cuFuncSetAttribute(fn, 8, shared), "cuFuncSetAttribute")  # MAX_DYNAMIC_SHARED_SIZE_BYTES
-        _OPTED_IN.add((x.device, name))
     _launch(name, x.device, blocks, threads,
             [_ptr(x), ctypes.c_int(m), _ptr(w), ctypes.c_int(n), ctypes.c_int(k), _ptr(out), _ptr(ws), _ptr(tickets)],
             shared=shared, pdl=pdl)
