@@ -17,10 +17,14 @@ ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -cubin -arch=sm_90a -O3 -o "$OUTDIR/kerne
 # benchmarks/lt_probe.py --pipe's pipelined product (a probe's, session 37)
 ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -cubin -arch=sm_90a -O3 -o "$OUTDIR/kernels/pipe_gemm.cubin" "$SRC/../../benchmarks/kernels/pipe_gemm.cu"
 # benchmarks/lt_probe.py --cutlass's host library (a probe's, session 37; minutes): CUTLASS 4.2's Hopper GEMM, the
-# headers from the nvidia-cutlass wheel, the CUDA runtime linked in statically
+# headers from the nvidia-cutlass wheel, the CUDA runtime linked in statically; GDC on, or a PDL launch would not wait
 if [ "${CUTLASS:-0}" = 1 ]; then
   CUT=$(mktemp -d); pip download -q --no-deps -d "$CUT" nvidia-cutlass==4.2.0.0 && (cd "$CUT" && unzip -q -o ./*.whl "cutlass_library/source/include/*" "cutlass_library/source/tools/util/include/*")
-  ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -std=c++17 -arch=sm_90a -O3 -DNDEBUG --expt-relaxed-constexpr -Xcompiler -fPIC -shared \
+  # CUTLASS 4.2's stream-K is_last_tile (compiled only with GDC on) binds a const member to a non-const reference:
+  # give it a copy, as its own comment says it should have
+  perl -0pi -e 's/(bool is_last_tile\(WorkTileInfo work_tile_info, uint32_t advance_count = 1\) const \{)/$1\n    uint32_t unit_iter_start_copy = unit_iter_start_;/; s/(get_current_work_for_linear_idx\(\n\s+)unit_iter_start_,/$1unit_iter_start_copy,/' \
+    "$CUT/cutlass_library/source/include/cutlass/gemm/kernel/sm90_tile_scheduler_stream_k.hpp"
+  ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -std=c++17 -arch=sm_90a -O3 -DNDEBUG -DCUTLASS_ENABLE_GDC_FOR_SM90 --expt-relaxed-constexpr -Xcompiler -fPIC -shared \
     -I"$CUT/cutlass_library/source/include" -I"$CUT/cutlass_library/source/tools/util/include" \
     -o "$OUTDIR/kernels/cutlass_swap_ab.so" "$SRC/../../benchmarks/kernels/cutlass_swap_ab.cu"
   echo "built $OUTDIR/kernels/cutlass_swap_ab.so"
