@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Session 38, call 2: call1.sh reordered for a short budget (five failed starts left about 15 minutes of device time):
+# the one open lead first, CUTLASS's swapped-operand Hopper GEMM against cuBLAS (lt_probe.py --cutlass, 4 row counts),
+# then skinny_gemm.cu's 4,1 against 1,1 in the model's graph step, the fused-path GPU tests, and on an H200 the targets.
+source benchmarks/issue16/call_env.sh
+r timeout 120 python3 benchmarks/lt_probe.py --cutlass --pm 32,64,128,256 --json $OUT/cutlass.json
+for v in "ga4,1 --skinny-ga 4,1" "ga1,1"; do
+  r timeout 60 python3 benchmarks/profile_decode.py $v --bs 2,8,16 --json $OUT/profile.jsonl
+done
+r timeout 100 python3 -m pytest -q tests/gpu/test_fused.py -p no:cacheprovider -rfs
+if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
+  r timeout 120 python3 benchmarks/bench_gpu.py p1 p2
+  cp benchmarks/results.json $OUT/results.json
+fi
+echo call2 done >>$LOG
