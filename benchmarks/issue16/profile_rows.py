@@ -9,7 +9,8 @@ import sys
 TAGS = {  # what each profiled tag ran; others: see RESULTS.md, the session's section
     "skinny_on": "skinny_on: our 2-16-row tensor-core GEMM (skinny_gemm.cu)", "skinny_off": "skinny_off: cuBLAS",
     "base": "base: the model as it is", "pipe": "pipe: profile_decode.py --pipe (pipe_gemm.cu where it beat torch)",
-    "ga1,1": "ga1,1: skinny_gemm.cu's variant 1,1 (the model's)"}
+    "ga1,1": "ga1,1: skinny_gemm.cu's variant 1,1 (the model's)",
+    "ga4,1": "ga4,1: skinny_gemm.cu's variant 4,1 (x copied in 4 groups)"}
 prefix, path, hardware, commit, date, command = sys.argv[1:7]
 results = pathlib.Path(__file__).resolve().parents[1] / "results.json"
 rows = json.loads(results.read_text())
