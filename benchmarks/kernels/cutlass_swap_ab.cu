@@ -1,7 +1,7 @@
-// Issue 16's CUTLASS probe (benchmarks/lt_probe.py --cutlass; session 37, built, not yet run): y = x W^T for 17-256
-// rows with CUTLASS 4.2's Hopper GEMM (TMA loads, wgmma, warp-specialized), the operands swapped so that the
-// features are the wgmma's M (128 a tile) and the few rows its N (32-256 a tile): W [n, k] row-major is A, x [m, k]
-// row-major is B as a K x N column-major matrix, and D [n, m] column-major is y [m, n] row-major.
+// Issue 16's CUTLASS probe (benchmarks/lt_probe.py --cutlass; built in session 37, GDC on since 38, not yet run):
+// y = x W^T for 17-256 rows with CUTLASS 4.2's Hopper GEMM (TMA loads, wgmma, warp-specialized), the operands swapped
+// so that the features are the wgmma's M (128 a tile) and the few rows its N (32-256 a tile): W [n, k] row-major is
+// A, x [m, k] row-major is B as a K x N column-major matrix, and D [n, m] column-major is y [m, n] row-major.
 // Why: our mma.sync kernels lose to cuBLAS at 17-256 rows (skinny_gemm.cu, pipe_gemm.cu: every block reads all of x).
 // The question for the device: does a swapped Hopper GEMM, with x multicast across a cluster (CM = 2) or the work
 // split along K by stream-K (SK: every SM busy when n / 128 tiles are fewer than the SMs), beat cuBLAS's 5-7 µs?
@@ -9,6 +9,11 @@
 // without PDL. Built here into a host library (scripts/build_fi_extra_kernels.sh, headers from the nvidia-cutlass
 // wheel); it links the CUDA runtime statically and reaches the driver through the runtime's entry points.
 #include <cuda_runtime.h>
+
+// Without it CUTLASS compiles its griddepcontrol.wait out, and a PDL launch would read x before its producer ended
+#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
+#error "build with -DCUTLASS_ENABLE_GDC_FOR_SM90 (scripts/build_fi_extra_kernels.sh does)"
+#endif
 
 #include "cute/tensor.hpp"
 #include "cutlass/cutlass.h"

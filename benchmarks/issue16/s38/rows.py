@@ -10,7 +10,7 @@ import sys
 call, hardware, commit, date = sys.argv[1:5]
 results = pathlib.Path(__file__).resolve().parents[2] / "results.json"
 rows = json.loads(results.read_text())
-base = dict(hardware=hardware, date=date, commit=commit, command="python benchmarks/lt_probe.py --cutlass --pm 32,64,128,256 (call 2) or --pm 64,256 (call 3)")
+base = dict(hardware=hardware, date=date, commit=commit, command="python benchmarks/lt_probe.py --cutlass --pm 32,64,128,256")
 for r in json.loads((pathlib.Path(call) / "cutlass.json").read_text())["cutlass"]:
     if r["gemm"] == "layer":
         rows.append(dict(metric=f"s38_cutlass_layer_m{r['m']}_us", value=round(r["pdl_us"], 3), unit="us",

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Session 38, call 2: call1.sh reordered for a short budget (five failed starts left about 15 minutes of device time):
-# the one open lead first, CUTLASS's swapped-operand Hopper GEMM against cuBLAS (lt_probe.py --cutlass, 4 row counts),
-# then skinny_gemm.cu's 4,1 against 1,1 in the model's graph step, the fused-path GPU tests, and on an H200 the targets.
+# Session 38's call (never ran: twelve tries found no machine and spent the device time; for the next session): the one
+# open lead first, CUTLASS's swapped-operand Hopper GEMM against cuBLAS (lt_probe.py --cutlass, 4 row counts; carry
+# .gpu/kernels with cutlass_swap_ab.so from CUTLASS=1 ONLY_CUBIN=1 bash scripts/build_fi_extra_kernels.sh), then
+# skinny_gemm.cu's 4,1 against 1,1 in the model's graph step, the fused-path GPU tests, and on an H200 the targets.
+# About 8 minutes. Results into results.json: s38/rows.py (cutlass.json) and profile_rows.py (profile.jsonl).
 source benchmarks/issue16/call_env.sh
 r timeout 120 python3 benchmarks/lt_probe.py --cutlass --pm 32,64,128,256 --json $OUT/cutlass.json
 for v in "ga4,1 --skinny-ga 4,1" "ga1,1"; do
