@@ -665,11 +665,15 @@ class Cutlass:
     def configs(self, n: int, k: int, m: int):
         return [(v,) for v in range(len(self.names)) if self.lib.swap_ab_can(v, m, n, k) == 0]
 
+    def reserve(self, launches):
+        """A workspace for every (cfg, m, n, k) in launches, allocated now: the model's graph capture must not grow it."""
+        need = max((self.lib.swap_ab_workspace(c[0], m, n, k) for c, m, n, k in launches), default=0)
+        if self.ws is None or self.ws.numel() < need:
+            self.ws = torch.empty(max(need, 1 << 20), dtype=torch.uint8, device=self.dev)
+
     def mm(self, x, w_, out, c, pdl: bool = True):
         (m, k), n, v = x.shape, w_.shape[0], c[0]
-        need = self.lib.swap_ab_workspace(v, m, n, k)
-        if self.ws is None or self.ws.numel() < need:  # grown outside graph capture: the probe's first launch is eager
-            self.ws = torch.empty(max(need, 1 << 20), dtype=torch.uint8, device=self.dev)
+        self.reserve([(c, m, n, k)])  # grown outside graph capture: the probe's first launch is eager
         rc = self.lib.swap_ab(v, w_.data_ptr(), x.data_ptr(), out.data_ptr(), m, n, k, self.ws.data_ptr(),
                               self.ws.numel(), torch.cuda.current_stream(self.dev).cuda_stream, int(pdl))
         if rc:

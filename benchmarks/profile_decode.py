@@ -2,7 +2,7 @@
 
     python benchmarks/profile_decode.py TAG [--plain] [--no-qk-kernel] [--lean-off] [--small-m] [--blas cublaslt] [--bs 1,64]
                                            [--json OUT.jsonl] [--timeline SPANS.jsonl] [--no-pdl] [--no-skinny-gemm]
-                                           [--skinny-ga G,A] [--pipe PIPE.json]
+                                           [--skinny-ga G,A] [--pipe PIPE.json] [--cutlass CUTLASS.json]
 
 Profiles one eager step (engine.forward without graphs) and one CUDA-graph replay with torch.profiler,
 prints every distinct kernel with its count per step and mean time, the kernels of one decoder layer in
@@ -14,7 +14,8 @@ down GEMM in one launch); --blas cublaslt: the GEMMs through cuBLASLt (set befor
 launched plainly; --no-skinny-gemm: cuBLAS for 2-16 rows, not our tensor-core GEMM; --timeline: each replay's
 kernels with their start and end (chapter 7's PDL figure); --pipe (a probe of session 37): 17-256 rows of the
 row-major products through benchmarks/kernels/pipe_gemm.cu, the fastest configuration `lt_probe.py --pipe --json`
-found for each product at the nearest probed rows at or above, where it beat torch there (else cuBLAS).
+found for each product at the nearest probed rows at or above, where it beat torch there (else cuBLAS); --cutlass
+(session 38): the same with `lt_probe.py --cutlass --json`'s variants of benchmarks/kernels/cutlass_swap_ab.cu.
 """
 from __future__ import annotations
 
@@ -83,12 +84,16 @@ def main() -> None:
     ap.add_argument("--skinny-ga", default=None, help="G,A: skinny_gemm.cu's variant with x copied in G groups and A "
                     "accumulator chains (a probe of session 36; the model's is 1,1)")
     ap.add_argument("--pipe", default=None, help="lt_probe.py --pipe's JSON: 17-256 rows through pipe_gemm.cu")
+    ap.add_argument("--cutlass", default=None, help="lt_probe.py --cutlass's JSON: 17-256 rows through cutlass_swap_ab.cu")
     args = ap.parse_args()
-    if args.pipe:
-        try:
-            install_pipe(args.pipe)
-        except (OSError, ValueError, KeyError, TypeError) as e:  # not lt_probe.py --pipe --json's output
-            ap.error(f"--pipe {args.pipe!r}: not lt_probe.py --pipe's JSON ({type(e).__name__}: {e})")
+    if args.pipe and args.cutlass:
+        ap.error("--pipe and --cutlass: one product kernel at a time")
+    for kind in ("pipe", "cutlass"):
+        if path := getattr(args, kind):
+            try:
+                install_probe(path, kind)
+            except (OSError, ValueError, KeyError, TypeError) as e:  # not lt_probe.py --KIND --json's output
+                ap.error(f"--{kind} {path!r}: not lt_probe.py --{kind}'s JSON ({type(e).__name__}: {e})")
     if args.blas:
         torch.backends.cuda.preferred_blas_library(args.blas)
     from minisgl_edu import LLM
@@ -123,17 +128,24 @@ def main() -> None:
                 f.write(json.dumps(r) + "\n")
 
 
-def install_pipe(path: str) -> None:
-    """layers.few_rows, wrapped: 17-256 rows of a row-major product whose shape lt_probe.py --pipe timed go to
-    pipe_gemm.cu's fastest configuration at the nearest probed rows at or above (the same or more row tiles, so it
-    covers them), where that beat torch; everything else as before."""
+PROBES = {"pipe": ("Pipe", "pipe_gemm.cubin (scripts/build_fi_extra_kernels.sh)"),  # --KIND: lt_probe's class, its file
+          "cutlass": ("Cutlass", "cutlass_swap_ab.so (CUTLASS=1 bash scripts/build_fi_extra_kernels.sh)")}
+
+
+def install_probe(path: str, kind: str = "pipe") -> None:
+    """layers.few_rows, wrapped: 17-256 rows of a row-major product whose shape lt_probe.py --KIND timed go to that
+    probe's fastest configuration at the nearest probed rows at or above (the same or more row tiles, so it covers
+    them), where that beat torch; everything else as before. kind: "pipe" (pipe_gemm.cu) or "cutlass"."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
     import lt_probe
     from minisgl_edu.model import layers
-    probed = [r for r in json.load(open(path))["pipe"] if r["gemm"] != "layer"]
-    pp = lt_probe.Pipe(torch.device("cuda"))
+    probed = [r for r in json.load(open(path))[kind] if r["gemm"] != "layer"]
+    pp = getattr(lt_probe, PROBES[kind][0])(torch.device("cuda"))
     if not pp.available():
-        sys.exit("--pipe: no pipe_gemm.cubin (scripts/build_fi_extra_kernels.sh)")
+        sys.exit(f"--{kind}: no {PROBES[kind][1]}")
+    label = lt_probe.cfg_name if kind == "pipe" else lambda cfg: pp.names[cfg[0]]
+    if kind == "cutlass":  # stream-K's workspace, sized once for the largest launch: none may grow under graph capture
+        pp.reserve([(tuple(r["best"]["cfg"]), m, r["n"], r["k"]) for r in probed if r["best"] for m in range(17, 257)])
     chosen: dict[tuple[int, int, int], tuple | None] = {}
 
     def pick(n: int, k: int, m: int):
@@ -141,15 +153,16 @@ def install_pipe(path: str) -> None:
             above = sorted((r for r in probed if (r["n"], r["k"]) == (n, k) and r["m"] >= m), key=lambda r: r["m"])
             r = above[0] if above else None
             chosen[n, k, m] = tuple(r["best"]["cfg"]) if r and r["best"] and r["best"]["us_pdl"] < r["torch_us"] else None
-            print(f"--pipe: [{n}, {k}] at {m} rows: "
-                  + (lt_probe.cfg_name(chosen[n, k, m]) if chosen[n, k, m] else "cuBLAS"), flush=True)
+            print(f"--{kind}: [{n}, {k}] at {m} rows: " + (label(chosen[n, k, m]) if chosen[n, k, m] else "cuBLAS"),
+                  flush=True)
         return chosen[n, k, m]
     plain = layers.few_rows
 
     def few_rows(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor | None:
         m = x.shape[0]
         if 17 <= m <= 256 and x.dtype == torch.bfloat16 and x.is_contiguous() and w.is_contiguous() \
-                and (cfg := pick(w.shape[0], w.shape[1], m)) is not None:
+                and x.data_ptr() % 16 == 0 and w.data_ptr() % 16 == 0 \
+                and (cfg := pick(w.shape[0], w.shape[1], m)) is not None:  # 16-byte loads (cp.async, TMA)
             out = torch.empty(m, w.shape[0], dtype=x.dtype, device=x.device)
             pp.mm(x, w, out, cfg, pdl=True)
             return out

@@ -784,14 +784,44 @@ def test_product_probes_on_the_cpu(monkeypatch, tmp_path):
     assert rows[-1]["best"] == {r["gemm"]: lt_probe.cfg_name(tuple(r["best"]["cfg"])) for r in products}
     (tmp_path / "pipe.json").write_text(json.dumps({"pipe": rows}))
     from minisgl_edu.model import layers
-    monkeypatch.setattr(layers, "few_rows", layers.few_rows)  # install_pipe wraps it; put it back afterwards
-    profile_decode.install_pipe(str(tmp_path / "pipe.json"))
+    plain_few_rows = layers.few_rows
+    monkeypatch.setattr(layers, "few_rows", layers.few_rows)  # install_probe wraps it; put it back afterwards
+    profile_decode.install_probe(str(tmp_path / "pipe.json"), "pipe")
     n, k = lt_probe.SHAPES["qkv"]
     x, w = torch.randn(20, k, dtype=torch.bfloat16), torch.randn(n, k, dtype=torch.bfloat16)
     before = calls["n"]
     y = layers.few_rows(x, w)  # 20 rows: the probe's 32-row best, which beat torch (50 against 100)
     assert calls["n"] == before + 1 and torch.allclose(y.float(), (x.float() @ w.float().T), rtol=2e-2, atol=0.5)
     assert layers.few_rows(torch.randn(40, k, dtype=torch.bfloat16), w) is None  # 40 rows: not probed, cuBLAS
+
+    class FakeCutlass(FakePipe):  # --cutlass: variants by index; 2 the wrong one, 3 the unrepeatable one
+        names = ["v0", "v1", "wrong", "unrepeatable"]
+        reserved: list = []
+
+        def configs(self, n, k, m):
+            return [(v,) for v in range(4)]
+
+        def reserve(self, launches):
+            FakeCutlass.reserved += list(launches)
+
+        def mm(self, x, w, out, c, pdl=True):
+            launch(x, w, out, (c[0] + 1,), pdl, {2: WRONG, 3: UNREPEATABLE}.get(c[0]))
+    monkeypatch.setattr(lt_probe, "Cutlass", FakeCutlass)
+    monkeypatch.setattr(layers, "few_rows", plain_few_rows)
+    rows = lt_probe.cutlass_probe([32], layers=2, dev=torch.device("cpu"))
+    for r in (r for r in rows if r["gemm"] != "layer"):
+        assert {c["variant"] for c in r["configs"] if not (c["err"] < 2e-2 and c["repeat_equal"])} == {"wrong", "unrepeatable"}
+        assert r["best"]["variant"] == "v0"
+    assert rows[-1]["best"] == {name: "v0" for name in lt_probe.SHAPES}
+    (tmp_path / "cutlass.json").write_text(json.dumps({"cutlass": rows}))
+    profile_decode.install_probe(str(tmp_path / "cutlass.json"), "cutlass")
+    assert {(m, n, k) for _, m, n, k in FakeCutlass.reserved} >= {(256, *lt_probe.SHAPES[p]) for p in lt_probe.SHAPES}
+    before = calls["n"]
+    y = layers.few_rows(x, w)  # 20 rows: v0 at 32 rows beat torch (50.1 against 100)
+    assert calls["n"] == before + 1 and torch.allclose(y.float(), (x.float() @ w.float().T), rtol=2e-2, atol=0.5)
+    with pytest.raises(KeyError):  # a --pipe file given to --cutlass: profile_decode's argparse error names it
+        profile_decode.install_probe(str(tmp_path / "pipe.json"), "cutlass")
+    monkeypatch.setattr(layers, "few_rows", plain_few_rows)
 
     class FakeSkinny(FakePipe):
         def mm(self, x, w, out, nt, j, warps, pdl, g=1, a=1):

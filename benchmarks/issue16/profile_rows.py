@@ -10,7 +10,8 @@ TAGS = {  # what each profiled tag ran; others: see RESULTS.md, the session's se
     "skinny_on": "skinny_on: our 2-16-row tensor-core GEMM (skinny_gemm.cu)", "skinny_off": "skinny_off: cuBLAS",
     "base": "base: the model as it is", "pipe": "pipe: profile_decode.py --pipe (pipe_gemm.cu where it beat torch)",
     "ga1,1": "ga1,1: skinny_gemm.cu's variant 1,1 (the model's)",
-    "ga4,1": "ga4,1: skinny_gemm.cu's variant 4,1 (x copied in 4 groups)"}
+    "ga4,1": "ga4,1: skinny_gemm.cu's variant 4,1 (x copied in 4 groups)",
+    "cutlass": "cutlass: profile_decode.py --cutlass (cutlass_swap_ab.cu where it beat torch)"}
 prefix, path, hardware, commit, date, command = sys.argv[1:7]
 results = pathlib.Path(__file__).resolve().parents[1] / "results.json"
 rows = json.loads(results.read_text())
