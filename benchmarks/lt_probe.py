@@ -38,7 +38,9 @@
    PDL, beside torch, at 16-256 rows; then the best of each product as a layer, PDL on and off.
 7. `--cutlass` (session 37, built, not yet run): CUTLASS 4.2's Hopper GEMM with the operands swapped (the features as
    the wgmma's M, the rows as its N; benchmarks/kernels/cutlass_swap_ab.cu, a host library built here), x multicast
-   across a cluster of 2 or the work split along K by stream-K, each variant PDL off and on, at 16-256 rows.
+   across a cluster of 2 or the work split along K by stream-K, each variant PDL off and on, at 16-256 rows. Each
+   variant twice (session 39): as is, and as *_pf, whose load warp prefetches its weight tiles into the L2 (TMA)
+   before the PDL wait, so that they stream in while the kernel before still runs.
 """
 from __future__ import annotations
 
@@ -644,40 +646,46 @@ def pipe_probe(sizes, layers=28, dev=None):
 
 
 class Cutlass:
-    """benchmarks/kernels/cutlass_swap_ab.cu's host library (cutlass_swap_ab.so beside the cubins) through ctypes: its
-    variants by name, a workspace for stream-K, launches on torch's current stream."""
+    """benchmarks/kernels/cutlass_swap_ab.cu's host libraries (cutlass_swap_ab.so and, since session 39, its twin
+    cutlass_swap_ab_pf.so, whose variants prefetch their weights into the L2 before the PDL wait) through ctypes:
+    every variant of both by name (a configuration is its index in `names`), a workspace for stream-K, launches on
+    torch's current stream."""
 
     def __init__(self, dev):
         from minisgl_edu.model import qk_kernel
-        path = qk_kernel.cubin_path("greedy_argmax").parent / "cutlass_swap_ab.so"
-        self.dev, self.lib = dev, ctypes.CDLL(str(path)) if path.exists() else None
-        if self.lib is None:
-            return
-        L, p, i = self.lib, ctypes.c_void_p, ctypes.c_int
-        L.swap_ab_name.restype, L.swap_ab_workspace.restype = ctypes.c_char_p, ctypes.c_size_t
-        L.swap_ab.argtypes = [i, p, p, p, i, i, i, p, ctypes.c_size_t, p, i]
-        self.names = [L.swap_ab_name(v).decode() for v in range(L.swap_ab_count())]
-        self.ws = None
+        here = qk_kernel.cubin_path("greedy_argmax").parent
+        self.dev, self.ws, self.names, self.entries = dev, None, [], []  # entries[i]: (library, its variant index)
+        p, i = ctypes.c_void_p, ctypes.c_int
+        for path in (here / "cutlass_swap_ab.so", here / "cutlass_swap_ab_pf.so"):
+            if not path.exists():
+                continue
+            L = ctypes.CDLL(str(path))
+            L.swap_ab_name.restype, L.swap_ab_workspace.restype = ctypes.c_char_p, ctypes.c_size_t
+            L.swap_ab.argtypes = [i, p, p, p, i, i, i, p, ctypes.c_size_t, p, i]
+            for v in range(L.swap_ab_count()):
+                self.names.append(L.swap_ab_name(v).decode())
+                self.entries.append((L, v))
 
     def available(self) -> bool:
-        return self.lib is not None and self.dev.type == "cuda" and torch.cuda.get_device_capability(self.dev) == (9, 0)
+        return bool(self.entries) and self.dev.type == "cuda" and torch.cuda.get_device_capability(self.dev) == (9, 0)
 
     def configs(self, n: int, k: int, m: int):
-        return [(v,) for v in range(len(self.names)) if self.lib.swap_ab_can(v, m, n, k) == 0]
+        return [(c,) for c, (L, v) in enumerate(self.entries) if L.swap_ab_can(v, m, n, k) == 0]
 
     def reserve(self, launches):
         """A workspace for every (cfg, m, n, k) in launches, allocated now: the model's graph capture must not grow it."""
-        need = max((self.lib.swap_ab_workspace(c[0], m, n, k) for c, m, n, k in launches), default=0)
+        need = max((L.swap_ab_workspace(v, m, n, k) for c, m, n, k in launches for L, v in [self.entries[c[0]]]),
+                   default=0)
         if self.ws is None or self.ws.numel() < need:
             self.ws = torch.empty(max(need, 1 << 20), dtype=torch.uint8, device=self.dev)
 
     def mm(self, x, w_, out, c, pdl: bool = True):
-        (m, k), n, v = x.shape, w_.shape[0], c[0]
+        (m, k), n, (L, v) = x.shape, w_.shape[0], self.entries[c[0]]
         self.reserve([(c, m, n, k)])  # grown outside graph capture: the probe's first launch is eager
-        rc = self.lib.swap_ab(v, w_.data_ptr(), x.data_ptr(), out.data_ptr(), m, n, k, self.ws.data_ptr(),
-                              self.ws.numel(), torch.cuda.current_stream(self.dev).cuda_stream, int(pdl))
+        rc = L.swap_ab(v, w_.data_ptr(), x.data_ptr(), out.data_ptr(), m, n, k, self.ws.data_ptr(), self.ws.numel(),
+                       torch.cuda.current_stream(self.dev).cuda_stream, int(pdl))
         if rc:
-            raise RuntimeError(f"cutlass_swap_ab {self.names[v]} at [{m}, {k}] x [{n}, {k}]: error {rc}")
+            raise RuntimeError(f"cutlass_swap_ab {self.names[c[0]]} at [{m}, {k}] x [{n}, {k}]: error {rc}")
 
 
 def cutlass_probe(sizes, layers=28, dev=None):

@@ -24,10 +24,26 @@ if [ "${CUTLASS:-0}" = 1 ]; then
   # give it a copy, as its own comment says it should have
   perl -0pi -e 's/(bool is_last_tile\(WorkTileInfo work_tile_info, uint32_t advance_count = 1\) const \{)/$1\n    uint32_t unit_iter_start_copy = unit_iter_start_;/; s/(get_current_work_for_linear_idx\(\n\s+)unit_iter_start_,/$1unit_iter_start_copy,/' \
     "$CUT/cutlass_library/source/include/cutlass/gemm/kernel/sm90_tile_scheduler_stream_k.hpp"
-  ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -std=c++17 -arch=sm_90a -O3 -DNDEBUG -DCUTLASS_ENABLE_GDC_FOR_SM90 --expt-relaxed-constexpr -Xcompiler -fPIC -shared \
-    -I"$CUT/cutlass_library/source/include" -I"$CUT/cutlass_library/source/tools/util/include" \
-    -o "$OUTDIR/kernels/cutlass_swap_ab.so" "$SRC/../../benchmarks/kernels/cutlass_swap_ab.cu"
-  echo "built $OUTDIR/kernels/cutlass_swap_ab.so"
+  # the *_pf variants' hook (session 39): the call to SWAP_AB_WARM_WEIGHTS, if defined, just before the load warp's
+  # griddepcontrol.wait in the two kernels the probe uses (data-parallel, and stream-K's first work unit)
+  K="$CUT/cutlass_library/source/include/cutlass/gemm/kernel"
+  perl -0pi -e 's/^(\s*)(cutlass::arch::wait_on_dependent_grids\(\);\n(?=\s*collective_mainloop\.load\())/#ifdef SWAP_AB_WARM_WEIGHTS\n$1SWAP_AB_WARM_WEIGHTS(params.mainloop, gA_mkl, m_coord, 0, k_tile_count);\n#endif\n$1$2/m' \
+    "$K/sm90_gemm_tma_warpspecialized.hpp"
+  perl -0pi -e 's/^(\s*)(cutlass::arch::wait_on_dependent_grids\(\);\n(?=\s*bool do_load_order_arrive = true;))/#ifdef SWAP_AB_WARM_WEIGHTS\n$1if (work_tile_info.is_valid()) SWAP_AB_WARM_WEIGHTS(params.mainloop, gA_mkl, idx2crd(work_tile_info.M_idx, shape<2>(gA_mkl)), TileScheduler::get_work_k_tile_start(work_tile_info), TileScheduler::get_work_k_tile_count(work_tile_info, problem_shape_MNKL, blk_shape));\n#endif\n$1$2/m' \
+    "$K/sm90_gemm_tma_warpspecialized_cooperative.hpp"
+  for h in sm90_gemm_tma_warpspecialized sm90_gemm_tma_warpspecialized_cooperative; do
+    [ "$(grep -c 'SWAP_AB_WARM_WEIGHTS(' "$K/$h.hpp")" = 1 ] || { echo "the prefetch hook did not go into $h.hpp" >&2; exit 1; }
+  done
+  for pf in "" _pf; do
+    ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -std=c++17 -arch=sm_90a -O3 -DNDEBUG -DCUTLASS_ENABLE_GDC_FOR_SM90 ${pf:+-DSWAP_AB_PF} \
+      --expt-relaxed-constexpr -Xcompiler -fPIC -shared -keep -keep-dir "$(mkdir -p "$CUT/keep$pf" && echo "$CUT/keep$pf")" \
+      -I"$CUT/cutlass_library/source/include" -I"$CUT/cutlass_library/source/tools/util/include" \
+      -o "$OUTDIR/kernels/cutlass_swap_ab$pf.so" "$SRC/../../benchmarks/kernels/cutlass_swap_ab.cu"
+    # the L2 prefetches are TMA's (tensor coordinates), in the _pf library only (its PTX, kept from this build)
+    n=$(cat "$CUT/keep$pf"/*.ptx | grep -c 'cp.async.bulk.prefetch.tensor' || true)
+    if { [ -n "$pf" ] && [ "$n" = 0 ]; } || { [ -z "$pf" ] && [ "$n" != 0 ]; }; then echo "cutlass_swap_ab$pf.so: $n TMA prefetches" >&2; exit 1; fi
+    echo "built $OUTDIR/kernels/cutlass_swap_ab$pf.so ($n TMA prefetches in its PTX)"
+  done
 fi
 [ "${ONLY_CUBIN:-0}" = 1 ] && exit 0
 VENV=${FI_VENV:-$(mktemp -d)/venv}

@@ -662,6 +662,57 @@ def test_pipe_probe_names_are_built():
     assert "pipe_m4_w2x2_n2_s3_p0" not in built  # 3 stages: never built
 
 
+def test_cutlass_libraries_on_the_cpu(monkeypatch, tmp_path):
+    """benchmarks/lt_probe.py's Cutlass reads both host libraries of cutlass_swap_ab.cu (as is, and the _pf build
+    whose variants prefetch their weights before the PDL wait), each variant under its own name, and a configuration
+    (its index in `names`) launches that library's variant, with its workspace sized by that library. A library that
+    was not built is left out. Stand-in libraries replace ctypes.CDLL. Kept wrong: routing by the variant number
+    alone (session 38's class, one library) sends the _pf configurations to the plain library."""
+    import sys
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import lt_probe
+    from minisgl_edu.model import qk_kernel
+    monkeypatch.setattr(qk_kernel, "cubin_path", lambda name: tmp_path / f"{name}.cubin")
+    launched = []
+
+    def library(path):
+        tag = "_pf" if path.endswith("_pf.so") else ""
+        names = [b"a" + tag.encode(), b"b" + tag.encode()]
+        return SimpleNamespace(  # plain functions: the class sets restype and argtypes on them
+            swap_ab_count=lambda: len(names), swap_ab_name=lambda v: names[v],
+            swap_ab_can=lambda v, m, n, k: 0 if (v, tag) != (1, "") else 1,  # the plain b does not fit
+            swap_ab_workspace=lambda v, m, n, k: (v + 2) << 20 if tag else 0,  # stream-K's, say: _pf only
+            swap_ab=lambda v, w, x, y, m, n, k, ws, ws_bytes, stream, pdl: launched.append((tag, v, ws_bytes)) or 0)
+    monkeypatch.setattr(lt_probe.ctypes, "CDLL", library)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda dev=None: SimpleNamespace(cuda_stream=0))
+    (tmp_path / "cutlass_swap_ab.so").touch()
+    assert lt_probe.Cutlass(torch.device("cpu")).names == ["a", "b"]  # the _pf library not built: left out
+    (tmp_path / "cutlass_swap_ab_pf.so").touch()
+
+    def routed(cu):
+        x, w, out = torch.zeros(32, 64), torch.zeros(128, 64), torch.zeros(32, 128)
+        launched.clear()
+        for c in cu.configs(128, 64, 32):
+            cu.mm(x, w, out, c)
+        return [(cu.names[c[0]], tag, v) for c, (tag, v, _) in zip(cu.configs(128, 64, 32), launched)]
+    cu = lt_probe.Cutlass(torch.device("cpu"))
+    assert cu.names == ["a", "b", "a_pf", "b_pf"]
+    assert routed(cu) == [("a", "", 0), ("a_pf", "_pf", 0), ("b_pf", "_pf", 1)]
+    assert cu.ws.numel() == 3 << 20  # the largest the launches needed: b_pf's
+    cu.ws = None
+    cu.reserve([((0,), 32, 128, 64), ((2,), 32, 128, 64)])
+    assert cu.ws.numel() == 2 << 20  # a_pf's, asked of the _pf library
+
+    class ByVariantNumber(lt_probe.Cutlass):  # session 38's routing: one library, config = its variant number
+        def mm(self, x, w_, out, c, pdl=True):
+            lib, _ = self.entries[0]
+            lib.swap_ab(c[0], 0, 0, 0, x.shape[0], w_.shape[0], x.shape[1], 0, 0, 0, int(pdl))
+    assert routed(ByVariantNumber(torch.device("cpu"))) != routed(cu)
+
+
 def test_skinny_launch_geometry_on_the_cpu(monkeypatch):
     """qk_kernel.skinny_launch's grid, block and shared bytes for the model's shape (64 features a block, one K slice
     of 32 J a grid row) and a probe's (NT feature groups a warp, MT row tiles), handed to the launcher; the kernel's

@@ -8,11 +8,25 @@
 // CUTLASS's kernels wait for the kernel before (PDL) before their first load; this probe launches them with and
 // without PDL. Built here into a host library (scripts/build_fi_extra_kernels.sh, headers from the nvidia-cutlass
 // wheel); it links the CUDA runtime statically and reaches the driver through the runtime's entry points.
+// Built twice (session 39): as is, and with SWAP_AB_PF (variants named *_pf, cutlass_swap_ab_pf.so), where the load
+// warp asks the L2 for its weight tiles (TMA prefetch) before that wait: the weights never depend on the kernel
+// before, so under PDL they can stream in while it runs. The build script puts the hook's call into the two kernels.
 #include <cuda_runtime.h>
 
 // Without it CUTLASS compiles its griddepcontrol.wait out, and a PDL launch would read x before its producer ended
 #ifndef CUTLASS_ENABLE_GDC_FOR_SM90
 #error "build with -DCUTLASS_ENABLE_GDC_FOR_SM90 (scripts/build_fi_extra_kernels.sh does)"
+#endif
+
+#ifdef SWAP_AB_PF
+namespace probe {  // declared before CUTLASS's kernels, which call it (through the build script's patch) by this name
+template <class Mainloop, class GA, class M>
+__device__ void warm_weights(Mainloop const& mainloop, GA const& gA_mkl, M const& m_coord, int k_start, int k_tiles);
+}
+#define SWAP_AB_WARM_WEIGHTS(p, gA, m, k0, kn) ::probe::warm_weights(p, gA, m, k0, kn)
+#define SWAP_AB_SUFFIX "_pf"
+#else
+#define SWAP_AB_SUFFIX ""
 #endif
 
 #include "cute/tensor.hpp"
@@ -22,6 +36,21 @@
 #include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/util/packed_stride.hpp"
+
+#ifdef SWAP_AB_PF
+// One lane of the load warp, before griddepcontrol.wait: an L2 prefetch (cp.async.bulk.prefetch.tensor) of every
+// k tile of A (the weights) that this CTA's first work unit reads: [128 features, k_tiles x TK], through A's own
+// TMA descriptor, so the tiles are the ones its loads will ask for. x is not touched: the kernel before writes it.
+template <class Mainloop, class GA, class M>
+__device__ void probe::warm_weights(Mainloop const& mainloop, GA const& gA_mkl, M const& m_coord, int k_start,
+                                    int k_tiles) {
+  using cute::_;
+  if (cute::elect_one_sync()) {
+    auto tAgA = mainloop.tma_load_a.get_slice(0).partition_S(gA_mkl(_, _, m_coord, _, 0));  // (TMA, TMA_M, TMA_K, k)
+    for (int k = k_start; k < k_start + k_tiles; ++k) cute::prefetch(mainloop.tma_load_a, tAgA(_, _, _, k));
+  }
+}
+#endif
 
 namespace probe {
 using namespace cute;
@@ -87,8 +116,8 @@ struct Variant {
   int (*run)(const void*, const void*, void*, int, int, int, void*, cudaStream_t, bool);
 };
 #define V(TM, TN, TK, CM, SK) \
-  {#TM "x" #TN "x" #TK "_c" #CM "_sk" #SK, SwapAB<TM, TN, TK, CM, SK>::can, SwapAB<TM, TN, TK, CM, SK>::workspace, \
-   SwapAB<TM, TN, TK, CM, SK>::run}
+  {#TM "x" #TN "x" #TK "_c" #CM "_sk" #SK SWAP_AB_SUFFIX, SwapAB<TM, TN, TK, CM, SK>::can,               \
+   SwapAB<TM, TN, TK, CM, SK>::workspace, SwapAB<TM, TN, TK, CM, SK>::run}
 const Variant variants[] = {V(128, 32, 128, 1, 0), V(128, 32, 128, 2, 0), V(128, 64, 128, 1, 0), V(128, 64, 128, 2, 0),
                             V(128, 128, 64, 1, 0), V(128, 32, 128, 1, 1), V(128, 64, 128, 1, 1), V(128, 128, 64, 1, 1),
                             V(128, 256, 64, 1, 1)};
