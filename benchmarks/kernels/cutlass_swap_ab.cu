@@ -124,13 +124,16 @@ const Variant variants[] = {V(128, 32, 128, 1, 0), V(128, 32, 128, 2, 0), V(128,
 constexpr int count = sizeof(variants) / sizeof(variants[0]);
 }  // namespace probe
 
-extern "C" int swap_ab_count() { return probe::count; }
-extern "C" const char* swap_ab_name(int v) { return v >= 0 && v < probe::count ? probe::variants[v].name : nullptr; }
-extern "C" int swap_ab_can(int v, int m, int n, int k) { return probe::variants[v].can(m, n, k); }  // 0: it fits
-extern "C" size_t swap_ab_workspace(int v, int m, int n, int k) { return probe::variants[v].workspace(m, n, k); }
+// Only these five are exported (built with -fvisibility=hidden): the two libraries hold the same CUTLASS kernels'
+// names with different bodies, and neither may lend its copies to the other.
+#define SWAP_AB_API extern "C" __attribute__((visibility("default")))
+SWAP_AB_API int swap_ab_count() { return probe::count; }
+SWAP_AB_API const char* swap_ab_name(int v) { return v >= 0 && v < probe::count ? probe::variants[v].name : nullptr; }
+SWAP_AB_API int swap_ab_can(int v, int m, int n, int k) { return probe::variants[v].can(m, n, k); }  // 0: it fits
+SWAP_AB_API size_t swap_ab_workspace(int v, int m, int n, int k) { return probe::variants[v].workspace(m, n, k); }
 // 0: launched; 1: the shape does not fit the variant; 2: initialize failed; 3: the launch failed; 4: workspace too small
-extern "C" int swap_ab(int v, const void* w, const void* x, void* y, int m, int n, int k, void* ws, size_t ws_bytes,
-                       void* stream, int pdl) {
+SWAP_AB_API int swap_ab(int v, const void* w, const void* x, void* y, int m, int n, int k, void* ws, size_t ws_bytes,
+                        void* stream, int pdl) {
   if (probe::variants[v].workspace(m, n, k) > ws_bytes) return 4;
   return probe::variants[v].run(w, x, y, m, n, k, ws, static_cast<cudaStream_t>(stream), pdl != 0);
 }
