@@ -672,10 +672,13 @@ class Cutlass:
     def configs(self, n: int, k: int, m: int):
         return [(c,) for c, (L, v) in enumerate(self.entries) if L.swap_ab_can(v, m, n, k) == 0]
 
+    def workspace(self, c, m: int, n: int, k: int) -> int:
+        L, v = self.entries[c[0]]
+        return L.swap_ab_workspace(v, m, n, k)
+
     def reserve(self, launches):
         """A workspace for every (cfg, m, n, k) in launches, allocated now: the model's graph capture must not grow it."""
-        need = max((L.swap_ab_workspace(v, m, n, k) for c, m, n, k in launches for L, v in [self.entries[c[0]]]),
-                   default=0)
+        need = max((self.workspace(c, m, n, k) for c, m, n, k in launches), default=0)
         if self.ws is None or self.ws.numel() < need:
             self.ws = torch.empty(max(need, 1 << 20), dtype=torch.uint8, device=self.dev)
 

@@ -35,8 +35,9 @@ if [ "${CUTLASS:-0}" = 1 ]; then
     [ "$(grep -c 'SWAP_AB_WARM_WEIGHTS(' "$K/$h.hpp")" = 1 ] || { echo "the prefetch hook did not go into $h.hpp" >&2; exit 1; }
   done
   for pf in "" _pf; do
+    mkdir -p "$CUT/keep$pf"  # the build's PTX, kept to be checked below
     ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc -std=c++17 -arch=sm_90a -O3 -DNDEBUG -DCUTLASS_ENABLE_GDC_FOR_SM90 ${pf:+-DSWAP_AB_PF} \
-      --expt-relaxed-constexpr -Xcompiler -fPIC,-fvisibility=hidden -shared -keep -keep-dir "$(mkdir -p "$CUT/keep$pf" && echo "$CUT/keep$pf")" \
+      --expt-relaxed-constexpr -Xcompiler -fPIC,-fvisibility=hidden -shared -keep -keep-dir "$CUT/keep$pf" \
       -I"$CUT/cutlass_library/source/include" -I"$CUT/cutlass_library/source/tools/util/include" \
       -o "$OUTDIR/kernels/cutlass_swap_ab$pf.so" "$SRC/../../benchmarks/kernels/cutlass_swap_ab.cu"
     # the L2 prefetches are TMA's (tensor coordinates), in the _pf library only (its PTX, kept from this build)
