@@ -2,6 +2,8 @@
 # Session 38's calls (never ran: twelve tries found no machine and spent the device time; session 39 had none either;
 # for the next session), each under 10 minutes; carry .gpu/whl, .gpu/fi_aot, .gpu/kernels (with cutlass_swap_ab.so
 # and cutlass_swap_ab_pf.so from CUTLASS=1 ONLY_CUBIN=1 bash scripts/build_fi_extra_kernels.sh) and .gpu/COMMIT.
+# After ../shared/device/bundle.sh run scripts/gpu_bundle_extra.sh too: it moves the notebooks' wheels to .gpu/whl_nb;
+# without that the tree and the carry (81 MB on 2026-12-07) exceed a call's 64 MiB and the call is refused.
 # Results into results.json: s38/rows.py (cutlass.json) and profile_rows.py (profile.jsonl).
 #   bash benchmarks/issue16/s38/call.sh 1  (~8 min) the one open lead for the H200 targets: CUTLASS's swapped-operand
 #     Hopper GEMM against cuBLAS (lt_probe.py --cutlass, 32-256 rows), each variant also as *_pf (session 39: its
