@@ -9,6 +9,8 @@ or mixed step has the same problem, launches costing more than kernels: it runs 
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 import logging
 
 import torch
@@ -27,6 +29,20 @@ def capture_sizes(max_bs: int) -> list[int]:
 def pad_to(sizes: list[int], bs: int) -> int:
     """The smallest captured size that holds `bs` requests (sizes sorted)."""
     return sizes[bisect.bisect_left(sizes, bs)]
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Python's cycle collector runs first, then not at all until the block ends. While a stream captures, no CUDA
+    graph may be destroyed; a dead engine's graphs freed by a collection mid-capture break the capture (session 40)."""
+    gc.collect()  # a dead engine's graphs go now, and their memory with them, before the first capture
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 PREFILL_LANES = 4  # a prefill graph's prompt lanes: up to 3 prompts, then the slack lane
@@ -79,20 +95,21 @@ class GraphRunner:
         self.stream = torch.cuda.Stream(dev)  # captures run here
         reserved0 = torch.cuda.memory_reserved(dev)  # this process's memory: others may share the GPU
         todo = sorted(self.prefill_keys, key=lambda k: -sum(k)) + [(bs, 0) for bs in sorted(self.sizes, reverse=True)]
-        for bs, t in tqdm(todo, desc="capture CUDA graphs", disable=not progress):
-            if bs:
-                backend.add_graph_wrapper(bs, self.kv_indices)
-            if t:
-                backend.add_graph_wrapper(bs, self.prefill_kv_indices, t, PREFILL_LANES)
-            g, out = self._capture(self._static_batch(bs, t))  # all lanes are padding during capture
-            if t:
-                self.prefill_graphs[bs, t], self.prefill_outputs[bs, t] = g, out
-            else:
-                self.graphs[bs], self.outputs[bs] = g, out
-        for bs in sorted(getattr(backend, "balanced_wrappers", {}), reverse=True):  # the same step, the other kernel
-            batch = self._static_batch(bs)
-            batch.balanced = True
-            self.balanced_graphs[bs], self.balanced_outputs[bs] = self._capture(batch)
+        with gc_paused():
+            for bs, t in tqdm(todo, desc="capture CUDA graphs", disable=not progress):
+                if bs:
+                    backend.add_graph_wrapper(bs, self.kv_indices)
+                if t:
+                    backend.add_graph_wrapper(bs, self.prefill_kv_indices, t, PREFILL_LANES)
+                g, out = self._capture(self._static_batch(bs, t))  # all lanes are padding during capture
+                if t:
+                    self.prefill_graphs[bs, t], self.prefill_outputs[bs, t] = g, out
+                else:
+                    self.graphs[bs], self.outputs[bs] = g, out
+            for bs in sorted(getattr(backend, "balanced_wrappers", {}), reverse=True):  # the same step, the other kernel
+                batch = self._static_batch(bs)
+                batch.balanced = True
+                self.balanced_graphs[bs], self.balanced_outputs[bs] = self._capture(batch)
         torch.cuda.synchronize(dev)
         log.info("CUDA graphs captured for decode batch sizes %s and %d prefill shapes (%.0f MiB)", self.sizes,
                  len(self.prefill_keys), (torch.cuda.memory_reserved(dev) - reserved0) / 2**20)

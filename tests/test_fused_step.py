@@ -882,3 +882,75 @@ def test_product_probes_on_the_cpu(monkeypatch, tmp_path):
     for r in (r for r in rows if r["gemm"] != "layer"):
         assert {(c["g"], c["a"]) for c in r["configs"] if c["err"] >= 2e-2} == {(4, 4)}
         assert (r["best"]["g"], r["best"]["a"]) != (4, 4) and "us" in r["best"] and "us_pdl" in r["best"]
+
+
+class _Cycle:
+    """Garbage only the cycle collector frees (it refers to itself), as an engine's CUDA graphs can be."""
+
+    def __init__(self, freed: list[str], name: str) -> None:
+        self.me, self.freed, self.name = self, freed, name
+
+    def __del__(self) -> None:
+        self.freed.append(self.name)
+
+
+def _capture_record(monkeypatch) -> tuple[list[tuple[bool, list[str]]], list[str]]:
+    """Builds a GraphRunner on the CPU (its CUDA calls stood in for) over an engine of 2 decode sizes and one prefill
+    graph; returns, for each capture, whether the collector could run and what had been freed by then."""
+    import gc
+    from types import SimpleNamespace
+
+    from minisgl_edu import graphs
+    for name, fn in (("graph_pool_handle", lambda: None), ("Stream", lambda dev: None),
+                     ("memory_reserved", lambda dev: 0), ("synchronize", lambda dev: None)):
+        monkeypatch.setattr(torch.cuda, name, fn)
+    freed: list[str] = []
+    seen: list[tuple[bool, list[str]]] = []
+
+    def capture(runner, batch):
+        seen.append((gc.isenabled(), list(freed)))
+        _Cycle(freed, f"made in capture {len(seen)}")  # garbage made while capturing
+        kept = [[] for _ in range(3000)]  # allocations enough to start an automatic collection, where one may run
+        return None, kept
+    monkeypatch.setattr(graphs.GraphRunner, "_capture", capture)
+    backend = SimpleNamespace(add_graph_wrapper=lambda *a: None, balanced_wrappers={})
+    engine = SimpleNamespace(cfg=SimpleNamespace(max_running_reqs=2, cuda_graph_max_extend=256, warm_start=False),
+                             pool=SimpleNamespace(num_pages=8, page_size=1), backend=backend,
+                             device=torch.device("cpu"), max_seq_len=512)
+    _Cycle(freed, "a dead engine's graphs")
+    graphs.GraphRunner(engine, 2, progress=False)
+    return seen, freed
+
+
+def test_graphs_are_captured_with_the_collector_paused(monkeypatch):
+    """No cycle collection may run inside a capture (session 40: a collection mid-capture destroyed a dead engine's
+    202 graphs, which a capturing stream forbids, and the capture failed); what was garbage before goes first."""
+    import contextlib
+    import gc
+
+    from minisgl_edu import graphs
+    assert gc.isenabled()
+    seen, freed = _capture_record(monkeypatch)
+    assert len(seen) == 2 + 3  # decode graphs of 1 and 2 rows; prefill graphs of 0, 1, 2 decode rows + 256 prompt rows
+    assert all(not enabled for enabled, _ in seen)
+    assert all(f == ["a dead engine's graphs"] for _, f in seen)  # collected before the first capture, none during
+    assert gc.isenabled()  # restored after
+    gc.collect()
+    assert len(freed) == 1 + len(seen)
+    # the wrong one, no pause: the collector is on in every capture and frees garbage between them
+    monkeypatch.setattr(graphs, "gc_paused", contextlib.nullcontext)
+    seen, freed = _capture_record(monkeypatch)
+    assert all(enabled for enabled, _ in seen) and any(len(f) > 1 for _, f in seen)
+    gc.collect()
+
+    @contextlib.contextmanager
+    def paused_only():  # the other wrong one: safe, but a dead engine's graphs keep their memory through every capture
+        gc.disable()
+        try:
+            yield
+        finally:
+            gc.enable()
+    monkeypatch.setattr(graphs, "gc_paused", paused_only)
+    seen, freed = _capture_record(monkeypatch)
+    assert all(not enabled for enabled, _ in seen) and seen[0][1] == []
+    gc.collect()
