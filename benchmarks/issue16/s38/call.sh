@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Session 38's calls (never ran: twelve tries found no machine and spent the device time; session 39 had none either;
-# for the next session), each under 10 minutes; carry .gpu/whl, .gpu/fi_aot, .gpu/kernels (with cutlass_swap_ab.so
-# and cutlass_swap_ab_pf.so from CUTLASS=1 ONLY_CUBIN=1 bash scripts/build_fi_extra_kernels.sh) and .gpu/COMMIT.
+# Session 38's calls (sessions 38 and 39 found no machine; call 1 ran in session 40 on an H100, see
+# benchmarks/issue16/s40/call1; session 40's call 2 ran all of tests/gpu instead of this call 2), each under 10
+# minutes; carry .gpu/whl, .gpu/fi_aot, .gpu/kernels (with cutlass_swap_ab.so and cutlass_swap_ab_pf.so from
+# CUTLASS=1 ONLY_CUBIN=1 bash scripts/build_fi_extra_kernels.sh) and .gpu/COMMIT.
 # After ../shared/device/bundle.sh run scripts/gpu_bundle_extra.sh too: it moves the notebooks' wheels to .gpu/whl_nb;
 # without that the tree and the carry (81 MB on 2026-12-07) exceed a call's 64 MiB and the call is refused.
 # Results into results.json: s38/rows.py (cutlass.json) and profile_rows.py (profile.jsonl).
