@@ -5,6 +5,6 @@
 # each prefill plan, what the prefill wrapper will read against the step's arguments.
 # bash benchmarks/issue16/s41/call4.sh
 source benchmarks/issue16/call_env.sh
-PYTHONPATH=benchmarks/issue16/s41 r timeout 150 python3 -m pytest -x -q -p no:cacheprovider -p diag_plugin tests/gpu
+PYTHONPATH=benchmarks/issue16/s41:$PYTHONPATH r timeout 150 python3 -m pytest -x -q -p no:cacheprovider -p diag_plugin tests/gpu
 grep -c "DIAG" $LOG >>$LOG
 echo "call done" >>$LOG
