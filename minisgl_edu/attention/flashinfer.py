@@ -125,15 +125,16 @@ class FlashInferBackend(AttentionBackend):
                      paged_kv_indices_buffer=indices_buf,
                      paged_kv_last_page_len_buffer=torch.ones(bs, dtype=torch.int32, device=dev)) if bs else {}
         tc = self.use_tensor_cores if tensor_cores is None else tensor_cores
-        return self.fi.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=tc, backend="fa2", **graph)
+        w = self.fi.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=tc, backend="fa2", **graph)
+        return clean_schedule(w) if bs else w
 
     def _prefill_graph_wrapper(self, lanes: int, indices_buf: torch.Tensor):
         """A prefill wrapper with fixed buffers for `lanes` requests (its first plan fixes its total tokens)."""
         i32 = dict(dtype=torch.int32, device=self.workspace.device)
-        return self.fi.BatchPrefillWithPagedKVCacheWrapper(
+        return clean_schedule(self.fi.BatchPrefillWithPagedKVCacheWrapper(
             self.prefill_workspace, "NHD", backend="fa2", use_cuda_graph=True, qo_indptr_buf=torch.zeros(lanes + 1, **i32),
             paged_kv_indptr_buf=torch.zeros(lanes + 1, **i32), paged_kv_indices_buf=indices_buf,
-            paged_kv_last_page_len_buf=torch.ones(lanes, **i32))
+            paged_kv_last_page_len_buf=torch.ones(lanes, **i32)))
 
     def add_graph_wrapper(self, bs: int, indices_buf: torch.Tensor, tokens: int = 0, lanes: int = 0) -> None:
         """Wrappers with fixed buffers for a graph (planned before each replay): a decode step of batch size `bs`;
@@ -247,6 +248,17 @@ class FlashInferBackend(AttentionBackend):
     def store_locations(self, batch) -> torch.Tensor:
         """This step's out_loc as int64, for a kernel that writes K/V into the pool itself."""
         return batch.attn_metadata.out_loc
+
+
+def clean_schedule(w):
+    """A CUDA graph's wrapper with its page-locked schedule buffer zeroed, once, before its first plan. In a graph,
+    FlashInfer's prefill planner without split-KV sizes the grid for the most query tiles the rows could make
+    (padded_batch_size) but writes the request and tile of the real ones only; the spare blocks read what the buffer
+    held before. A page-locked block a dead wrapper left holds another plan's numbers: request indices far outside
+    the batch, and an illegal memory access (session 41). Zeros send the spare blocks to request 0's first tile,
+    which they compute again; later plans leave their own earlier entries, requests within the fixed batch."""
+    w._pin_memory_int_workspace_buffer.zero_()
+    return w
 
 
 def wave_of(plan_info) -> int:

@@ -355,6 +355,58 @@ def test_capture_and_warm_start_write_only_the_dummy_page():
     assert slots_written_outside_the_dummy_page(kv, before) == [0]
 
 
+def scheduled_requests(w) -> list[int]:
+    """The request index every block of a planned prefill wrapper's grid reads from its (device) schedule: FlashInfer
+    0.5's PrefillPlanInfo holds the grid's block count (padded_batch_size) at 0, request_indices_offset at 4."""
+    torch.cuda.synchronize()
+    info = [int(v) for v in w._plan_info]
+    n, off = info[0], info[4]
+    return w._int_workspace_buffer[off:off + 4 * n].view(torch.int32).tolist()
+
+
+@pytest.mark.parametrize("clean", [True, False])
+def test_a_prefill_graph_plan_sends_no_block_outside_the_batch(clean, monkeypatch):
+    """A prefill graph's wrapper is planned over page-locked memory as a dead wrapper leaves it (filled with 0x7f, as
+    it were another plan's numbers): with clean_schedule every block of the grid, the spare ones too, reads a request
+    of the batch. The mutant, no cleaning: the spare blocks read 0x7f7f7f7f, the request index that faulted in session
+    41. Planned only, never run: the mutant's kernel would end the CUDA context."""
+    import flashinfer
+    import minisgl_edu.attention.flashinfer as fi
+    from minisgl_edu.graphs import PREFILL_LANES
+
+    class Recycled(flashinfer.BatchPrefillWithPagedKVCacheWrapper):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            self._pin_memory_int_workspace_buffer.fill_(0x7f)
+
+    monkeypatch.setattr(flashinfer, "BatchPrefillWithPagedKVCacheWrapper", Recycled)
+    if not clean:
+        monkeypatch.setattr(fi, "clean_schedule", lambda w: w)
+    engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
+                                 max_running_reqs=MAX_BS, max_total_tokens=8192, cuda_graph_max_bs=0,
+                                 cuda_graph_max_extend=0))
+    backend, tokens = engine.backend, 512
+    backend.add_graph_wrapper(0, torch.zeros(PREFILL_LANES * engine.max_seq_len, dtype=torch.int32, device="cuda"),
+                              tokens, PREFILL_LANES)
+    w = backend.graph_wrappers[0, tokens]
+    assert isinstance(w, Recycled)
+    batch = Batch([], "prefill", padded_size=0, padded_tokens=tokens)  # a graph's capture step: padding lanes only
+    batch.out_loc = torch.zeros(tokens, dtype=torch.int64, device="cuda")  # the plan only reads its dtype
+    with torch.inference_mode():
+        backend.prepare(batch)
+    cta_tile_q, group = int(w._plan_info[3]), backend.q_heads // backend.kv_heads  # a tile: rows x query heads
+    lens = [1] * (PREFILL_LANES - 1) + [tokens - PREFILL_LANES + 1]  # three one-row lanes, the slack lane the rest
+    real = sum(-(-n * group // cta_tile_q) for n in lens)
+    reqs = scheduled_requests(w)
+    outside = [r for r in reqs if not 0 <= r < PREFILL_LANES]
+    report(check="prefill_graph_schedule", clean=clean, blocks=len(reqs), real_tiles=real, outside=len(outside))
+    assert len(reqs) > real  # the grid has spare blocks: what they read is the question
+    if clean:
+        assert outside == []
+    else:
+        assert outside  # the mutant is caught
+
+
 def wrapper_state(w, prefill: bool) -> list[torch.Tensor]:
     """Everything a graph replay reads from a planned wrapper: its plan info, its integer workspace (the planner's
     schedule), its prefix sums, slots and last-page lengths (and a prefill wrapper's query prefix sums and lengths)."""
