@@ -954,3 +954,51 @@ def test_graphs_are_captured_with_the_collector_paused(monkeypatch):
     seen, freed = _capture_record(monkeypatch)
     assert all(not enabled for enabled, _ in seen) and seen[0][1] == []
     gc.collect()
+
+
+class _FakeWrapper:
+    """A stand-in for FlashInfer's wrappers: its page-locked schedule buffer as a dead wrapper may leave one."""
+
+    def __init__(self, *args, use_cuda_graph: bool = False, **kwargs):
+        self.graph = use_cuda_graph
+        self._pin_memory_int_workspace_buffer = torch.full((64,), 0x7F, dtype=torch.uint8)
+
+
+def _unclean_graph_wrappers(monkeypatch) -> tuple[list[str], list[str]]:
+    """Build a FlashInfer backend (FlashInfer stood in for) with decode, balanced and prefill graph wrappers; return
+    the graph wrappers whose schedule buffer still holds old bytes, and the eager wrappers' that were zeroed."""
+    import sys
+    import types
+
+    import minisgl_edu.attention.flashinfer as fi
+    from minisgl_edu.graphs import PREFILL_LANES
+    from minisgl_edu.paging import KVCache, PagePool
+    fake = types.SimpleNamespace(BatchDecodeWithPagedKVCacheWrapper=_FakeWrapper,
+                                 BatchPrefillWithPagedKVCacheWrapper=_FakeWrapper)
+    monkeypatch.setitem(sys.modules, "flashinfer", fake)
+    monkeypatch.setattr(fi, "split_kv_bytes", lambda *a: 1024)  # it reads the GPU's multiprocessor count
+    monkeypatch.setattr(fi, "PARALLEL_MIXED", False)  # no side stream on the CPU
+    kv = KVCache(2, 64, 1, 3, 64, torch.float32, torch.device("cpu"))
+    backend = fi.FlashInferBackend(kv, PagePool(64, 1, 4, 64, torch.device("cpu")), num_q_heads=9, workspace_bytes=1024)
+    assert backend.balanced  # 9 query heads over 3: the CUDA-core kernel, and the balanced twin beside it
+    indices = torch.zeros(fi.BALANCED_MIN_BS * 64, dtype=torch.int32)
+    for bs in (1, fi.BALANCED_MIN_BS):
+        backend.add_graph_wrapper(bs, indices)
+    backend.add_graph_wrapper(0, indices, 256, PREFILL_LANES)
+    graph = {f"graph {k}": w for k, w in backend.graph_wrappers.items()}
+    graph |= {f"balanced {k}": w for k, w in backend.balanced_wrappers.items()}
+    eager = {"prefill": backend.prefill_wrapper, "decode": backend.decode_wrapper, "balanced": backend.balanced_wrapper}
+    assert len(graph) == 4 and all(w.graph for w in graph.values()) and not any(w.graph for w in eager.values())
+    zeroed = lambda w: not w._pin_memory_int_workspace_buffer.any()
+    return [k for k, w in graph.items() if not zeroed(w)], [k for k, w in eager.items() if zeroed(w)]
+
+
+def test_graph_wrappers_start_from_a_clean_schedule(monkeypatch):
+    """clean_schedule (session 41): every CUDA graph wrapper's page-locked schedule buffer is zeroed before its first
+    plan (a graph's prefill plan leaves the spare blocks' entries as the buffer held them; old bytes there faulted on
+    an H100). Eager wrappers plan exactly their blocks and are left alone. tests/gpu reads the plan back on the GPU."""
+    import minisgl_edu.attention.flashinfer as fi
+    assert _unclean_graph_wrappers(monkeypatch) == ([], [])
+    monkeypatch.setattr(fi, "clean_schedule", lambda w: w)  # the wrong one: no zeroing
+    unclean, _ = _unclean_graph_wrappers(monkeypatch)
+    assert len(unclean) == 4  # caught, for every kind of graph wrapper
