@@ -1002,3 +1002,10 @@ def test_graph_wrappers_start_from_a_clean_schedule(monkeypatch):
     monkeypatch.setattr(fi, "clean_schedule", lambda w: w)  # the wrong one: no zeroing
     unclean, _ = _unclean_graph_wrappers(monkeypatch)
     assert len(unclean) == 4  # caught, for every kind of graph wrapper
+    monkeypatch.undo()
+    real = fi.FlashInferBackend._decode_wrapper
+
+    def cleans_every_one(self, bs=0, indices_buf=None, tensor_cores=None):  # the other wrong one: eager ones too
+        return fi.clean_schedule(real(self, bs, indices_buf, tensor_cores))
+    monkeypatch.setattr(fi.FlashInferBackend, "_decode_wrapper", cleans_every_one)
+    assert _unclean_graph_wrappers(monkeypatch) == ([], ["decode", "balanced"])  # caught: 8 MB zeroed for nothing

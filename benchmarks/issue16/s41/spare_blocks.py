@@ -42,12 +42,13 @@ def extend(engine, r: Req, upto: int) -> None:
         r.cached_len = r.device_len
 
 
-def cheap_spares(w, lens: list[int], group: int) -> int:
-    """After w's plan: the spare blocks' (request, query tile) set to (the slack lane, 0) on the GPU. Returns the
-    number of spare blocks (FlashInfer 0.5's PrefillPlanInfo: blocks at 0, tile rows at 3, offsets of the request
-    and query-tile indices at 4 and 5)."""
-    info = [int(v) for v in w._plan_info]
+def cheap_spares(md, group: int) -> int:
+    """After a step's plan (md: its attention metadata): the spare blocks' (request, query tile) set to (the slack
+    lane, 0) on the GPU. Returns the number of spare blocks (FlashInfer 0.5's PrefillPlanInfo: blocks at 0, tile rows
+    at 3, offsets of the request and query-tile indices at 4 and 5)."""
+    w, info = md.wrapper, [int(v) for v in md.wrapper._plan_info]
     blocks, tile, off_r, off_q = info[0], info[3], info[4], info[5]
+    lens = (md.args.cu_seqlens_q[1:] - md.args.cu_seqlens_q[:-1]).tolist()  # each lane's query rows
     real = sum(-(-n * group // tile) for n in lens)
     ws = w._int_workspace_buffer
     ws[off_r + 4 * real:off_r + 4 * blocks].view(torch.int32).fill_(PREFILL_LANES - 1)
@@ -73,13 +74,11 @@ def main() -> None:
         batch = Batch([r], "prefill")
         batch.out_loc = engine.pool.assign_locations([r])
         batch.padded_size, batch.padded_tokens = runner.prefill_key(batch)
-        lens = [500] + [1] * (PREFILL_LANES - 2) + [batch.padded_tokens - 500 - (PREFILL_LANES - 2)]
         out, ms = {}, {}
         for variant in ("as planned", "cheap spares"):
             with torch.inference_mode():
                 engine.prepare(batch)
-                w = batch.attn_metadata.wrapper
-                spares = cheap_spares(w, lens, group) if variant == "cheap spares" else None
+                spares = cheap_spares(batch.attn_metadata, group) if variant == "cheap spares" else None
                 runner.replay_prefill(batch)  # once untimed
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
