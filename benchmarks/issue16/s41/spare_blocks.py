@@ -8,7 +8,7 @@ zeros (clean_schedule), or this wrapper's earlier entries. A spare block then co
 an old entry's tile, again. For a new prompt that is cheap (causal: few keys), behind a long cached prefix it reads
 every key. The twin points the spare blocks at the slack lane's first tile (a new lane of its own: few keys) on the
 GPU after each plan. For each shape, one prefill-graph replay timed over --reps replays either way (CUDA events), and
-the real rows' hidden states compared bit for bit. Written in session 41, not yet run.
+the real rows' hidden states compared bit for bit. Written in session 41; run in session 42 (H100, RESULTS.md).
 """
 from __future__ import annotations
 
