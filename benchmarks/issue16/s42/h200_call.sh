@@ -11,7 +11,7 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   r timeout 40 python3 benchmarks/issue16/s42/read_rate.py
   r timeout 60 python3 benchmarks/lt_probe.py --attn --bs 64,128,256
   r timeout 170 python3 -m pytest -q tests/gpu -p no:cacheprovider -rfs
-elif [ "${S42_H100:-0}" = 1 ]; then  # call 2 ran it with S42_H100=1 in effect; a plain call now skips it
+elif [ "${S42_H100:-0}" = 1 ]; then  # the H100 branch: call 2 ran it; later calls only with S42_H100=1
   r timeout 40 python3 benchmarks/issue16/s42/read_rate.py
   r timeout 300 python3 benchmarks/bench_gpu.py tokens p4
   cp benchmarks/results.json $OUT/results.json
