@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Session 42's call. On an H200: issue 16's targets at this commit with P1's breakdown (`bench_gpu.py p1 p1b
+# Session 42's call. On an H200: issue 16's targets at this commit (`bench_gpu.py p1
 # p2`); read_rate.py and the decode attention alone (`lt_probe.py --attn`): does the H200 read faster than it
 # copies?; then `tests/gpu` once (the H200 last ran it at 5e7239a). On an H100: read_rate.py, and the issue's other
 # two targets at this commit, fused-vs-plain tokens and P4 (last read in session 34 at e9c1b42; `bench_gpu.py tokens p4`). Prepare .gpu as benchmarks/issue16/s40/call.sh says.
 #   bash benchmarks/issue16/s42/h200_call.sh
 source benchmarks/issue16/call_env.sh
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  r timeout 240 python3 benchmarks/bench_gpu.py p1 p1b p2
+  r timeout 170 python3 benchmarks/bench_gpu.py p1 p2
   cp benchmarks/results.json $OUT/results.json
   r timeout 40 python3 benchmarks/issue16/s42/read_rate.py
   r timeout 60 python3 benchmarks/lt_probe.py --attn --bs 64,128,256
