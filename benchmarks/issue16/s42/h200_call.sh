@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Session 42's call. On an H200: issue 16's targets at this commit (`bench_gpu.py p1
 # p2`); read_rate.py and the decode attention alone (`lt_probe.py --attn`): does the H200 read faster than it
-# copies?; then `tests/gpu` once (the H200 last ran it at 5e7239a). On an H100: read_rate.py, and the issue's other
-# two targets at this commit, fused-vs-plain tokens and P4 (last read in session 34 at e9c1b42; `bench_gpu.py tokens p4`). Prepare .gpu as benchmarks/issue16/s40/call.sh says.
+# copies?; then `tests/gpu` once (the H200 last ran it at 5e7239a). On an H100 nothing, unless S42_H100=1: then
+# read_rate.py, fused-vs-plain tokens and P4 (`bench_gpu.py tokens p4`; call 2 ran it). Prepare .gpu as
+# benchmarks/issue16/s40/call.sh says.
 #   bash benchmarks/issue16/s42/h200_call.sh
 source benchmarks/issue16/call_env.sh
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
