@@ -5,7 +5,8 @@ kernel goes faster than the copy, the floor is loose there and a faster attentio
     python benchmarks/issue16/s42/read_rate.py
 
 Prints the copy rate as bench.copy_bandwidth measures it (bytes read + written) and two read-only reductions over the
-same 2 GiB (bytes read), each the best of 3 rounds of 10.
+same 2 GiB (bytes read), each the best of 3 rounds of 10, all timed by bench.time_steps. (Session 42's H100 figures
+came from the first version, `f6201aa`, which timed the reads with CUDA events instead.)
 """
 import sys
 from pathlib import Path
@@ -13,18 +14,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from minisgl_edu.bench import copy_bandwidth  # noqa: E402
+from minisgl_edu.bench import copy_bandwidth, time_steps  # noqa: E402
 
 
 def read_rate(fn, x: torch.Tensor, iters: int = 10) -> float:
-    fn(x)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(iters):
-        fn(x)
-    end.record()
-    torch.cuda.synchronize()
-    return x.numel() * x.element_size() * iters / (start.elapsed_time(end) / 1e3)
+    """Bytes read per second by fn(x), timed as copy_bandwidth times the copy (so the two rates compare)."""
+    return x.numel() * x.element_size() / time_steps(lambda: fn(x), iters, warmup=1)
 
 
 if __name__ == "__main__":
