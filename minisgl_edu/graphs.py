@@ -32,10 +32,12 @@ def pad_to(sizes: list[int], bs: int) -> int:
 
 
 @contextlib.contextmanager
-def gc_paused():
+def gc_paused(collect: bool = True):
     """Python's cycle collector runs first, then not at all until the block ends. While a stream captures, no CUDA
-    graph may be destroyed; a dead engine's graphs freed by a collection mid-capture break the capture (session 40)."""
-    gc.collect()  # a dead engine's graphs go now, and their memory with them, before the first capture
+    graph may be destroyed; a dead engine's graphs freed by a collection mid-capture break the capture (session 40).
+    collect=False pauses without the first run: after a device fault, destroying a graph ends the process."""
+    if collect:
+        gc.collect()  # a dead engine's graphs go now, and their memory with them, before the first capture
     was = gc.isenabled()
     gc.disable()
     try:

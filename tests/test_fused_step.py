@@ -496,6 +496,33 @@ def test_one_wave_is_read_from_split_graph_plans_only(reader):
         assert learnt == 160  # caught: 160 would put the 160-request step inside "one wave"
 
 
+# FlashInfer 0.5's PrefillPlanInfo as a CUDA-graph plan lays it out (the offsets here made up): [padded_batch_size,
+# total_num_rows, its offset, cta_tile_q, request_indices_offset, qo_tile_indices_offset, ..., enable_cuda_graph,
+# split_kv]
+PREFILL_GRAPH_PLAN = [22, 512, 0, 64, 1024, 1152, 1280, 0, 0, 0, 0, 0, 0, 1, 0]
+
+
+def pooled_real_blocks(grid, lens, group) -> int:
+    """The wrong count, kept: the lanes' rows pooled into tiles, as if a tile could hold rows of two lanes."""
+    return -(-sum(lens) * group // grid.tile_rows)
+
+
+@pytest.mark.parametrize("count", ["per lane", "pooled"])
+def test_a_prefill_grid_counts_one_tile_at_least_for_every_lane(count):
+    """Chapter 7: a prefill graph's grid has a block per query tile it could need; the tiles of its lanes are the real
+    blocks, the rest spare (the GPU test reads which request each one reads). A tile never crosses lanes: three
+    one-row lanes take three tiles, so the count that pools rows undercounts and calls real blocks spare."""
+    from minisgl_edu.attention import flashinfer as fi
+    grid = fi.prefill_grid(PREFILL_GRAPH_PLAN)
+    assert (grid.blocks, grid.tile_rows, grid.request_off, grid.tile_off) == (22, 64, 1024, 1152)
+    lens, group = [1, 1, 1, 509], 2  # three one-row lanes, the slack lane the rest; 2 query heads a KV head
+    real = grid.real_blocks(lens, group) if count == "per lane" else pooled_real_blocks(grid, lens, group)
+    if count == "per lane":
+        assert real == 3 + 16  # one tile each for the short lanes, ceil(1018 / 64) for the slack lane
+    else:
+        assert real == 16  # caught: three real blocks counted as spare
+
+
 def test_steps_just_past_one_wave_take_the_balanced_kernel_however_even():
     """Chapter 7: with one wave of 148 requests, even steps of 149 up to 1.45 waves (214) go through the balanced
     kernel (on the H100: 160 even requests 290 -> 241 us a layer); one wave or less, or 1.5 waves and more, stay on

@@ -269,6 +269,26 @@ def wave_of(plan_info) -> int:
     return info[0] if len(info) == 10 and info[8] and info[9] else 0
 
 
+@dataclass(frozen=True)
+class PrefillGrid:
+    """A planned prefill wrapper's grid, read from FlashInfer 0.5's PrefillPlanInfo: [padded_batch_size, ...,
+    cta_tile_q at 3, request_indices_offset at 4, qo_tile_indices_offset at 5, ...]. Each block of the grid reads its
+    (request, query tile) from the int workspace at those byte offsets."""
+    blocks: int  # the grid's blocks: the most query tiles the rows could make
+    tile_rows: int  # one query tile: rows x query heads of one KV head
+    request_off: int  # byte offset of the blocks' request indices (int32 each)
+    tile_off: int  # byte offset of the blocks' query-tile indices
+
+    def real_blocks(self, lens: list[int], group: int) -> int:
+        """Blocks that hold a tile of some lane's rows (lens: each lane's query rows); the rest are spare."""
+        return sum(-(-n * group // self.tile_rows) for n in lens)
+
+
+def prefill_grid(plan_info) -> PrefillGrid:
+    info = [int(v) for v in plan_info]
+    return PrefillGrid(blocks=info[0], tile_rows=info[3], request_off=info[4], tile_off=info[5])
+
+
 def lean_ready(w, page_size: int = 1) -> bool:
     """May `w` be re-planned by `lean_plan`? A CUDA graph's wrapper (its buffers fixed) that plan() has planned once
     (at capture: that first plan chose its kernel module and fixed its row capacity), over pages of one token (the

@@ -1,12 +1,13 @@
 """GPU tests: marked `gpu`, skipped on a machine without CUDA (CI). scripts/gpu_suite.sh runs them on the H200."""
 from __future__ import annotations
 
-import gc
 import pathlib
 import sys
 
 import pytest
 import torch
+
+from minisgl_edu.graphs import gc_paused
 
 HERE = pathlib.Path(__file__).parent
 
@@ -34,14 +35,9 @@ def pytest_runtest_makereport(item, call):
     """After a fault the CUDA context is dead, and the cycle collector's next destruction of a CUDA graph ends the
     process (a C++ terminate) before pytest's summary: no collection while the report is made, and a failure is
     written out at once."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
+    with gc_paused(collect=False):
         outcome = yield
         rep = outcome.get_result()
         if rep.failed:
             sys.stderr.write(f"\n=== {rep.nodeid} failed in {rep.when}:\n{rep.longreprtext[-4000:]}\n")
             sys.stderr.flush()
-    finally:
-        if was:
-            gc.enable()

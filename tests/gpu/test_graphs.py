@@ -356,12 +356,11 @@ def test_capture_and_warm_start_write_only_the_dummy_page():
 
 
 def scheduled_requests(w) -> list[int]:
-    """The request index every block of a planned prefill wrapper's grid reads from its (device) schedule: FlashInfer
-    0.5's PrefillPlanInfo holds the grid's block count (padded_batch_size) at 0, request_indices_offset at 4."""
+    """The request index every block of a planned prefill wrapper's grid reads from its (device) schedule."""
+    import minisgl_edu.attention.flashinfer as fi
     torch.cuda.synchronize()
-    info = [int(v) for v in w._plan_info]
-    n, off = info[0], info[4]
-    return w._int_workspace_buffer[off:off + 4 * n].view(torch.int32).tolist()
+    grid = fi.prefill_grid(w._plan_info)
+    return w._int_workspace_buffer[grid.request_off:grid.request_off + 4 * grid.blocks].view(torch.int32).tolist()
 
 
 @pytest.mark.parametrize("clean", [True, False])
@@ -394,9 +393,8 @@ def test_a_prefill_graph_plan_sends_no_block_outside_the_batch(clean, monkeypatc
     batch.out_loc = torch.zeros(tokens, dtype=torch.int64, device="cuda")  # the plan only reads its dtype
     with torch.inference_mode():
         backend.prepare(batch)
-    cta_tile_q, group = int(w._plan_info[3]), backend.q_heads // backend.kv_heads  # a tile: rows x query heads
     lens = [1] * (PREFILL_LANES - 1) + [tokens - PREFILL_LANES + 1]  # three one-row lanes, the slack lane the rest
-    real = sum(-(-n * group // cta_tile_q) for n in lens)
+    real = fi.prefill_grid(w._plan_info).real_blocks(lens, backend.q_heads // backend.kv_heads)
     reqs = scheduled_requests(w)
     outside = [r for r in reqs if not 0 <= r < PREFILL_LANES]
     report(check="prefill_graph_schedule", clean=clean, blocks=len(reqs), real_tiles=real, outside=len(outside))

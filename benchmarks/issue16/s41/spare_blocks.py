@@ -21,6 +21,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 from minisgl_edu.engine import Engine, EngineConfig  # noqa: E402
+from minisgl_edu.attention.flashinfer import prefill_grid  # noqa: E402
 from minisgl_edu.graphs import PREFILL_LANES  # noqa: E402
 from minisgl_edu.req import Batch, Req, SamplingParams  # noqa: E402
 
@@ -44,16 +45,13 @@ def extend(engine, r: Req, upto: int) -> None:
 
 def cheap_spares(md, group: int) -> int:
     """After a step's plan (md: its attention metadata): the spare blocks' (request, query tile) set to (the slack
-    lane, 0) on the GPU. Returns the number of spare blocks (FlashInfer 0.5's PrefillPlanInfo: blocks at 0, tile rows
-    at 3, offsets of the request and query-tile indices at 4 and 5)."""
-    w, info = md.wrapper, [int(v) for v in md.wrapper._plan_info]
-    blocks, tile, off_r, off_q = info[0], info[3], info[4], info[5]
+    lane, 0) on the GPU. Returns the number of spare blocks (the grid read by attention/flashinfer.py's prefill_grid)."""
+    grid = prefill_grid(md.wrapper._plan_info)
     lens = (md.args.cu_seqlens_q[1:] - md.args.cu_seqlens_q[:-1]).tolist()  # each lane's query rows
-    real = sum(-(-n * group // tile) for n in lens)
-    ws = w._int_workspace_buffer
-    ws[off_r + 4 * real:off_r + 4 * blocks].view(torch.int32).fill_(PREFILL_LANES - 1)
-    ws[off_q + 4 * real:off_q + 4 * blocks].view(torch.int32).fill_(0)
-    return blocks - real
+    real, ws = grid.real_blocks(lens, group), md.wrapper._int_workspace_buffer
+    ws[grid.request_off + 4 * real:grid.request_off + 4 * grid.blocks].view(torch.int32).fill_(PREFILL_LANES - 1)
+    ws[grid.tile_off + 4 * real:grid.tile_off + 4 * grid.blocks].view(torch.int32).fill_(0)
+    return grid.blocks - real
 
 
 def main() -> None:
