@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Session 43's call. On an H200: issue 16's targets at this commit (`bench_gpu.py p1 p2`), read_rate.py (does
 # the H200 read faster than it copies?), the decode attention alone (`lt_probe.py --attn`), then `tests/gpu` once
-# (the H200 last ran it at 5e7239a). On an H100: read_rate.py as c9c7d77 left it (timed by bench.time_steps, not
-# yet run), and `tests/gpu` over session 43's PrefillGrid / gc_paused(collect=False). Prepare .gpu as
+# (the H200 last ran it at 5e7239a). On an H100 nothing, unless S43_H100=1: then read_rate.py as c9c7d77 left it
+# (timed by bench.time_steps), spare_blocks.py and `tests/gpu` over session 43's PrefillGrid / gc_paused(collect=False)
+# (call 1 ran it at 70f53e2). Prepare .gpu as
 # benchmarks/issue16/s40/call.sh says.
 #   bash benchmarks/issue16/s43/call.sh
 source benchmarks/issue16/call_env.sh
@@ -12,7 +13,7 @@ if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   r timeout 40 python3 benchmarks/issue16/s42/read_rate.py
   r timeout 60 python3 benchmarks/lt_probe.py --attn --bs 64,128,256
   r timeout 170 python3 -m pytest -q tests/gpu -p no:cacheprovider -rfs
-else
+elif [ "${S43_H100:-0}" = 1 ]; then
   r timeout 40 python3 benchmarks/issue16/s42/read_rate.py
   r timeout 60 python3 benchmarks/issue16/s41/spare_blocks.py --reps 20
   r timeout 200 python3 -m pytest -q tests/gpu -p no:cacheprovider -rfs
