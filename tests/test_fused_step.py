@@ -496,7 +496,7 @@ def test_one_wave_is_read_from_split_graph_plans_only(reader):
         assert learnt == 160  # caught: 160 would put the 160-request step inside "one wave"
 
 
-# FlashInfer 0.5's PrefillPlanInfo as a CUDA-graph plan lays it out (the offsets here made up): [padded_batch_size,
+# FlashInfer 0.5's PrefillPlanInfo as a CUDA-graph plan lays it out (the numbers here made up): [padded_batch_size,
 # total_num_rows, its offset, cta_tile_q, request_indices_offset, qo_tile_indices_offset, ..., enable_cuda_graph,
 # split_kv]
 PREFILL_GRAPH_PLAN = [22, 512, 0, 64, 1024, 1152, 1280, 0, 0, 0, 0, 0, 0, 1, 0]
