@@ -14,7 +14,9 @@ request's keys.
 The kernel alone over `layers` layers' K/V in one CUDA graph, µs a layer, contexts even (1,024) or uneven
 (256-1,792), the same K/V and page table seen as pages of 1 and of 16 tokens:
   A  CUDA-core kernel, graph-mode plan (the engine's default at page size 1)
-  B  tensor-core kernel, graph-mode plan (FlashInfer splits the keys; the engine's balanced graphs)
+  B  tensor-core kernel, graph-mode plan (the engine's balanced graphs): in graph mode the planner always calls it
+     split, so partial outputs and a merge kernel even where each request is one chunk, and a valid-block mask
+     that stops the spare blocks
   C  tensor-core kernel, unsplit (`disable_split_kv`), schedule zeroed first: spares recompute request 0
   D  as C with one more lane, a one-key dummy request, and the spare blocks pointed at it (the cheapest spares)
 Each output is compared with A's at page size 1 (relative error), and the spare blocks are counted
