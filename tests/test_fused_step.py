@@ -507,6 +507,11 @@ def pooled_real_blocks(grid, lens, group) -> int:
     return -(-sum(lens) * group // grid.tile_rows)
 
 
+def requests_at_tile_offset(grid, ws) -> torch.Tensor:
+    """The wrong reader, kept: the request indices read at the query-tile indices' offset (the next field)."""
+    return ws[grid.tile_off:grid.tile_off + 4 * grid.blocks].view(torch.int32)
+
+
 @pytest.mark.parametrize("count", ["per lane", "pooled"])
 def test_a_prefill_grid_counts_one_tile_at_least_for_every_lane(count):
     """Chapter 7: a prefill graph's grid has a block per query tile it could need; the tiles of its lanes are the real
@@ -515,6 +520,11 @@ def test_a_prefill_grid_counts_one_tile_at_least_for_every_lane(count):
     from minisgl_edu.attention import flashinfer as fi
     grid = fi.prefill_grid(PREFILL_GRAPH_PLAN)
     assert (grid.blocks, grid.tile_rows, grid.request_off, grid.tile_off) == (22, 64, 1024, 1152)
+    ws = torch.zeros(2048, dtype=torch.uint8)  # an int workspace: each block's request, then its tile, as int32
+    ws[1024:1024 + 88].view(torch.int32).copy_(torch.arange(22, dtype=torch.int32))
+    ws[1152:1152 + 88].view(torch.int32).fill_(7)
+    assert grid.requests(ws).tolist() == list(range(22)) and grid.tiles(ws).tolist() == [7] * 22
+    assert requests_at_tile_offset(grid, ws).tolist() == [7] * 22  # caught: every block would read request 7
     lens, group = [1, 1, 1, 509], 2  # three one-row lanes, the slack lane the rest; 2 query heads a KV head
     real = grid.real_blocks(lens, group) if count == "per lane" else pooled_real_blocks(grid, lens, group)
     if count == "per lane":

@@ -283,6 +283,14 @@ class PrefillGrid:
         """Blocks that hold a tile of some lane's rows (lens: each lane's query rows); the rest are spare."""
         return sum(-(-n * group // self.tile_rows) for n in lens)
 
+    def requests(self, ws: torch.Tensor) -> torch.Tensor:
+        """Each block's request index, a view into the int workspace (bytes) `ws`: writing it re-points blocks."""
+        return ws[self.request_off:self.request_off + 4 * self.blocks].view(torch.int32)
+
+    def tiles(self, ws: torch.Tensor) -> torch.Tensor:
+        """Each block's query-tile index, a view into `ws` as requests()."""
+        return ws[self.tile_off:self.tile_off + 4 * self.blocks].view(torch.int32)
+
 
 def prefill_grid(plan_info) -> PrefillGrid:
     info = [int(v) for v in plan_info]

@@ -359,8 +359,7 @@ def scheduled_requests(w) -> list[int]:
     """The request index every block of a planned prefill wrapper's grid reads from its (device) schedule."""
     import minisgl_edu.attention.flashinfer as fi
     torch.cuda.synchronize()
-    grid = fi.prefill_grid(w._plan_info)
-    return w._int_workspace_buffer[grid.request_off:grid.request_off + 4 * grid.blocks].view(torch.int32).tolist()
+    return fi.prefill_grid(w._plan_info).requests(w._int_workspace_buffer).tolist()
 
 
 @pytest.mark.parametrize("clean", [True, False])

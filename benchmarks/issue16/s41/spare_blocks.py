@@ -49,8 +49,8 @@ def cheap_spares(md, group: int) -> int:
     grid = prefill_grid(md.wrapper._plan_info)
     lens = (md.args.cu_seqlens_q[1:] - md.args.cu_seqlens_q[:-1]).tolist()  # each lane's query rows
     real, ws = grid.real_blocks(lens, group), md.wrapper._int_workspace_buffer
-    ws[grid.request_off + 4 * real:grid.request_off + 4 * grid.blocks].view(torch.int32).fill_(PREFILL_LANES - 1)
-    ws[grid.tile_off + 4 * real:grid.tile_off + 4 * grid.blocks].view(torch.int32).fill_(0)
+    grid.requests(ws)[real:].fill_(PREFILL_LANES - 1)
+    grid.tiles(ws)[real:].fill_(0)
     return grid.blocks - real
 
 

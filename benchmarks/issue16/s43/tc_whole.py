@@ -102,8 +102,7 @@ def main() -> None:
                         real = grid.real_blocks([1] * n, Q_HEADS // KV_HEADS)
                         spares = f" {grid.blocks - real} spare"
                         if dummy:  # the spare blocks to the dummy request (a one-key request)
-                            ws = w._int_workspace_buffer
-                            ws[grid.request_off + 4 * real:grid.request_off + 4 * grid.blocks].view(torch.int32).fill_(bs)
+                            grid.requests(w._int_workspace_buffer)[real:].fill_(bs)
                     out = torch.empty(n, Q_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)
                     t = graph_time(lambda i: w.run(q[:n], views[page][i], out=out), layers)
                     torch.cuda.synchronize()
