@@ -416,7 +416,7 @@ def p1_plain(llm: LLM, bw: float) -> None:
         llm.engine.lean_step = True
 
 
-def experiment(bw: float, tag: str, sizes: tuple[int, ...], with_p1: bool = True, p1_runs: int = 1, **switches) -> None:
+def experiment(bw: float, tag: str, sizes: tuple[int, ...], with_p1: bool = True, p1_runs: int = 1, **switches) -> LLM:
     """A fresh engine under the experiment's switch (set by the caller before): kernels per decoder layer in
     the graph replay, decode step (and its host time) and replay alone at `sizes`, then P1."""
     sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -443,6 +443,7 @@ def experiment(bw: float, tag: str, sizes: tuple[int, ...], with_p1: bool = True
             p1(llm, bw, tag=f"_{tag}" + (f"_run{i + 1}" if p1_runs > 1 else ""))
         if BREAKDOWN:
             p1_breakdown(llm, bw, tag=f"_{tag}")
+    return llm
 
 
 def tensor_core_decode(bw: float) -> None:
@@ -455,6 +456,30 @@ def tensor_core_decode(bw: float) -> None:
         experiment(bw, "tc", (1, 64, 256))
     finally:
         fib.CUDA_CORE_GROUP_SIZES = saved
+
+
+def tc_whole(bw: float) -> None:
+    """Experiment (session 44): the balanced (tensor-core) graphs planned unsplit (TC_WHOLE: no partial outputs, no
+    merge; the spare blocks recompute request 0) against FlashInfer's graph plan (split: a merge, a valid-block mask).
+    One engine each, in this order: the default; the split plan and the unsplit one with every step past one wave sent
+    to the balanced graphs (WAVE_SPILL unbounded) for P2 at 192 and 256 even requests; the unsplit one over pages of
+    16. P1 runs on each engine under the default wave rule (its large steps are uneven: balanced either way)."""
+    import gc
+    import minisgl_edu.attention.flashinfer as fib
+    print("\nTCWHOLE experiment: the balanced graphs planned unsplit (TC_WHOLE)", flush=True)
+    saved = fib.TC_WHOLE, fib.WAVE_SPILL
+    try:
+        for tag, whole, spill, page in (("tcbase", False, saved[1], 1), ("tcsplit", False, float("inf"), 1),
+                                        ("tcwhole", True, float("inf"), 1), ("tcwhole16", True, float("inf"), 16)):
+            fib.TC_WHOLE, fib.WAVE_SPILL = whole, spill
+            llm = experiment(bw, tag, (192, 256), with_p1=False, page_size=page)
+            fib.WAVE_SPILL = saved[1]
+            p1(llm, bw, tag=f"_{tag}")
+            del llm
+            gc.collect()  # one engine's pool and graphs go before the next is sized
+            torch.cuda.empty_cache()
+    finally:
+        fib.TC_WHOLE, fib.WAVE_SPILL = saved
 
 
 def no_balanced(bw: float) -> None:
@@ -844,7 +869,7 @@ def write_results() -> None:
 
 
 # experiments: each builds its own engine, after the default one is freed
-EXPERIMENTS = {"wave": wave, "lt": blaslt, "nogemv": no_gemv, "gemvrow": gemv_row, "tc": tensor_core_decode,
+EXPERIMENTS = {"tcwhole": tc_whole, "wave": wave, "lt": blaslt, "nogemv": no_gemv, "gemvrow": gemv_row, "tc": tensor_core_decode,
                "nobal": no_balanced, "leanbal": lean_balanced, "paged": paged, "nosplit": no_split, "pagedp1": paged_p1,
                "free": free, "skinny": skinny, "noskinny": no_skinny}
 PARTS = {"p1", "p1b", "p2", "p4", "pf", "tokens", "lean", "gemm", "gemv", "splitk", "p2x", *EXPERIMENTS}

@@ -520,6 +520,7 @@ def test_a_prefill_grid_counts_one_tile_at_least_for_every_lane(count):
     from minisgl_edu.attention import flashinfer as fi
     grid = fi.prefill_grid(PREFILL_GRAPH_PLAN)
     assert (grid.blocks, grid.tile_rows, grid.request_off, grid.tile_off) == (22, 64, 1024, 1152)
+    assert not grid.split and fi.prefill_grid(PREFILL_GRAPH_PLAN[:14] + [1]).split  # split_kv, the last entry
     ws = torch.zeros(2048, dtype=torch.uint8)  # an int workspace: each block's request, then its tile, as int32
     ws[1024:1024 + 88].view(torch.int32).copy_(torch.arange(22, dtype=torch.int32))
     ws[1152:1152 + 88].view(torch.int32).fill_(7)

@@ -66,6 +66,12 @@ PAGES = True
 # shapes in one wrapper) is not. On the H200 `bench_gpu.py p1 p1b` died of an illegal memory access there twice without
 # the fence (never under CUDA_LAUNCH_BLOCKING) and ran clean with it; a smaller check did not catch the race either way
 PLAN_FENCE = True
+# the balanced graphs plan the tensor-core kernel unsplit: one block per (request, KV head), its output written in
+# place (True); or as FlashInfer plans any graph (False, the twin): in graph mode its planner always splits, so every
+# output goes through a partial buffer and a merge kernel, and a valid-block mask stops the grid's spare blocks.
+# Unsplit has no mask: the spares compute request 0's block again (clean_schedule zeroed their entries), over keys
+# the L2 then holds. Session 18's unsplit graphs hung, before clean_schedule; off until the H200 says (session 44)
+TC_WHOLE = False
 
 
 def balanced_step(seq_lens: np.ndarray, size: int, kv_bytes_per_token: int, wave_reqs: int = 0) -> bool:
@@ -188,7 +194,8 @@ class FlashInferBackend(AttentionBackend):
                 pg = page_args(args, self.page_size)
                 w.plan(pg.indptr, pg.indices, pg.last_page_len, head_dim=self.head_dim, seq_lens=args.seq_lens_k,
                        num_qo_heads=self.q_heads, num_kv_heads=self.kv_heads, page_size=self.page_size,
-                       q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True)
+                       q_data_type=self.dtype, kv_data_type=self.dtype, non_blocking=True,
+                       disable_split_kv=whole_tc(w))
         if WAVE_BALANCED and not self.wave_reqs and w.is_cuda_graph_enabled and not w.use_tensor_cores:
             self.wave_reqs = wave_of(w._plan_info)  # every split plan pads to the same wave: learnt once, at capture
         return w
@@ -261,6 +268,11 @@ def clean_schedule(w):
     return w
 
 
+def whole_tc(w) -> bool:
+    """Does `w` plan the tensor-core kernel unsplit (TC_WHOLE: a CUDA graph's tensor-core decode wrapper)?"""
+    return TC_WHOLE and w.use_tensor_cores and w.is_cuda_graph_enabled
+
+
 def wave_of(plan_info) -> int:
     """Requests in one wave of the CUDA-core decode kernel, from a CUDA-graph plan that split keys (0 if it did not).
     Such a plan pads its grid to one whole wave: padded_batch_size = the grid's CTAs / KV heads (FlashInfer 0.5's
@@ -272,12 +284,13 @@ def wave_of(plan_info) -> int:
 @dataclass(frozen=True)
 class PrefillGrid:
     """A planned prefill wrapper's grid, read from FlashInfer 0.5's PrefillPlanInfo: [padded_batch_size, ...,
-    cta_tile_q at 3, request_indices_offset at 4, qo_tile_indices_offset at 5, ...]. Each block of the grid reads its
-    (request, query tile) from the int workspace at those byte offsets."""
+    cta_tile_q at 3, request_indices_offset at 4, qo_tile_indices_offset at 5, ..., split_kv at 14]. Each block of
+    the grid reads its (request, query tile) from the int workspace at those byte offsets."""
     blocks: int  # the grid's blocks: the most query tiles the rows could make
     tile_rows: int  # one query tile: rows x query heads of one KV head
     request_off: int  # byte offset of the blocks' request indices (int32 each)
     tile_off: int  # byte offset of the blocks' query-tile indices
+    split: bool = False  # keys split into chunks: partial outputs, a merge, and (in a graph) a valid-block mask
 
     def real_blocks(self, lens: list[int], group: int) -> int:
         """Blocks that hold a tile of some lane's rows (lens: each lane's query rows); the rest are spare."""
@@ -294,7 +307,7 @@ class PrefillGrid:
 
 def prefill_grid(plan_info) -> PrefillGrid:
     info = [int(v) for v in plan_info]
-    return PrefillGrid(blocks=info[0], tile_rows=info[3], request_off=info[4], tile_off=info[5])
+    return PrefillGrid(blocks=info[0], tile_rows=info[3], request_off=info[4], tile_off=info[5], split=bool(info[14]))
 
 
 def lean_ready(w, page_size: int = 1) -> bool:
@@ -323,7 +336,7 @@ def lean_plan(w, args: KernelArgs, q_heads: int, kv_heads: int, head_dim: int, p
                                              True, -1, -1, True, 0)
     elif w.use_tensor_cores:  # a decode graph through the prefill kernel, one query per request
         w._plan_info = w._cached_module.plan(*ws, qo_range(b), args.cu_seqlens_k, args.seq_lens_k, b, b, q_heads,
-                                             kv_heads, 1, True, head_dim, head_dim, False, -1, -1, False, 0)
+                                             kv_heads, 1, True, head_dim, head_dim, False, -1, -1, whole_tc(w), 0)
     else:  # the CUDA-core decode kernel
         w._plan_info = w._cached_module.plan(*ws, args.cu_seqlens_k, b, q_heads, kv_heads, 1, True, -1, 0.0, head_dim,
                                              head_dim, *empty_of(w._cached_q_data_type, w._cached_kv_data_type))

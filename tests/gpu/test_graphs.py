@@ -293,6 +293,45 @@ def test_balanced_decode_for_uneven_contexts_equals_the_default_kernel(monkeypat
     assert not even.balanced
 
 
+def test_unsplit_tensor_core_graphs_finish_and_give_what_the_split_ones_give(monkeypatch):
+    """TC_WHOLE: the balanced graphs planned unsplit (no partial outputs, no merge, and no valid-block mask: the grid's
+    spare blocks compute request 0 again, clean_schedule having zeroed their entries) finish their steps and give what
+    the split plans give, within the tiling's tolerance of the CUDA-core kernel. Session 18's unsplit graphs never
+    finished a step, before clean_schedule. One engine each way (a graph holds its plan's kernels)."""
+    got, grids = {}, {}
+    for whole in (False, True):
+        import minisgl_edu.attention.flashinfer as fi
+        monkeypatch.setattr(fi, "TC_WHOLE", whole)
+        fi, engine = balanced_engine(monkeypatch)
+        g = torch.Generator().manual_seed(5)
+        lens = [100] * 10 + [1500] * 5  # as the balanced test: 15 requests in the graph of 16
+        reqs = [Req(i, torch.randint(0, 49152, (n,), generator=g).tolist(), SamplingParams(max_tokens=8))
+                for i, n in enumerate(lens)]
+        for i in range(0, len(reqs), 5):
+            prefill(engine, reqs[i:i + 5])
+        batch = Batch(reqs, "decode")
+        batch.out_loc = engine.pool.assign_locations(reqs)
+        if not whole:  # the reference: the CUDA-core kernel, eager (the same dummy weights in both engines)
+            engine.backend.balanced = False
+            want = hidden(engine, batch, graph=False)
+            engine.backend.balanced = True
+        got[whole] = hidden(engine, batch, graph=True)
+        w = batch.attn_metadata.wrapper
+        assert batch.balanced and w.use_tensor_cores and fi.whole_tc(w) == whole
+        grid = fi.prefill_grid(w._plan_info)
+        real = grid.real_blocks([1] * MAX_BS, engine.backend.q_heads // engine.backend.kv_heads)
+        spares = grid.requests(w._int_workspace_buffer)[real:grid.blocks].tolist()
+        grids[whole] = (grid.split, grid.blocks - real, spares)
+        del engine
+    report(check="tc_whole_vs_split", grids={str(k): v[:2] for k, v in grids.items()},
+           rel_err={str(k): ((v - want).norm() / want.norm()).item() for k, v in got.items()})
+    assert grids[False][0] and not grids[True][0]  # the twin split (a merge), TC_WHOLE did not
+    assert grids[True][1] > 0 and set(grids[True][2]) == {0}  # spare blocks, each on request 0
+    for whole in (False, True):
+        assert ((got[whole] - want).norm() / want.norm()).item() < PREFILL_TOL, whole
+    assert ((got[True] - got[False]).norm() / got[False].norm()).item() < PREFILL_TOL
+
+
 def test_the_wave_rule_learns_one_wave_from_the_graph_plans(monkeypatch):
     """WAVE_BALANCED: the CUDA-core graphs' plans tell how many requests one wave of their kernel holds (a plan that
     splits keys pads its grid to one wave); an even step just past that takes the balanced graph, one within it does
