@@ -460,26 +460,31 @@ def tensor_core_decode(bw: float) -> None:
 
 def tc_whole(bw: float) -> None:
     """Experiment (session 44): the balanced (tensor-core) graphs planned unsplit (TC_WHOLE: no partial outputs, no
-    merge; the spare blocks recompute request 0) against FlashInfer's graph plan (split: a merge, a valid-block mask).
-    One engine each, in this order: the default; the split plan and the unsplit one with every step past one wave sent
-    to the balanced graphs (WAVE_SPILL unbounded) for P2 at 192 and 256 even requests; the unsplit one over pages of
-    16. P1 runs on each engine under the default wave rule (its large steps are uneven: balanced either way)."""
+    merge) against FlashInfer's graph plan (split: a merge, a valid-block mask), their spare blocks on request 0 or on
+    a spare lane (SPARE_LANE). One engine each, in this order: the default; then, with every step past one wave sent
+    to the balanced graphs (WAVE_SPILL unbounded) for P2 at 192 and 256 even requests, the split plan, unsplit with
+    the spares on request 0, unsplit with the spare lane, and that over pages of 16. P1 (under the default wave rule:
+    its large steps are uneven, balanced either way) on the default and the spare-lane engines."""
     import gc
     import minisgl_edu.attention.flashinfer as fib
     print("\nTCWHOLE experiment: the balanced graphs planned unsplit (TC_WHOLE)", flush=True)
-    saved = fib.TC_WHOLE, fib.WAVE_SPILL
+    saved = fib.TC_WHOLE, fib.SPARE_LANE, fib.WAVE_SPILL
+    inf = float("inf")
     try:
-        for tag, whole, spill, page in (("tcbase", False, saved[1], 1), ("tcsplit", False, float("inf"), 1),
-                                        ("tcwhole", True, float("inf"), 1), ("tcwhole16", True, float("inf"), 16)):
-            fib.TC_WHOLE, fib.WAVE_SPILL = whole, spill
+        for tag, whole, lane, spill, page, with_p1 in (
+                ("tcbase", False, False, saved[2], 1, True), ("tcsplit", False, False, inf, 1, False),
+                ("tcwhole0", True, False, inf, 1, False), ("tcwhole", True, True, inf, 1, True),
+                ("tcwhole16", True, True, inf, 16, True)):
+            fib.TC_WHOLE, fib.SPARE_LANE, fib.WAVE_SPILL = whole, lane, spill
             llm = experiment(bw, tag, (192, 256), with_p1=False, page_size=page)
-            fib.WAVE_SPILL = saved[1]
-            p1(llm, bw, tag=f"_{tag}")
+            fib.WAVE_SPILL = saved[2]
+            if with_p1:
+                p1(llm, bw, tag=f"_{tag}")
             del llm
             gc.collect()  # one engine's pool and graphs go before the next is sized
             torch.cuda.empty_cache()
     finally:
-        fib.TC_WHOLE, fib.WAVE_SPILL = saved
+        fib.TC_WHOLE, fib.SPARE_LANE, fib.WAVE_SPILL = saved
 
 
 def no_balanced(bw: float) -> None:

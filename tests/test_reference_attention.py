@@ -221,6 +221,28 @@ def test_split_args_equal_a_kernel_args_per_part():
     assert not check(not_rebased, 4, 32) and not check(not_rebased, 3, 0)
 
 
+def test_without_last_lane_is_kernel_args_with_one_padding_lane_fewer():
+    """TC_WHOLE with SPARE_LANE: a graph size whose balanced graph has a spare lane builds its decode args with one
+    more padding lane; the CUDA-core graph of that size plans them less that lane (`without_last_lane`, views), which
+    must be kernel_args of the graph's own size. The wrong cut kept here (the last lane's key left in) is caught."""
+    from minisgl_edu.attention.metadata import without_last_lane
+    from minisgl_edu.exercises.swap import patched
+    pool = PagePool(256, 1, 8, 64, torch.device("cpu"))
+    reqs = [Req(i, [0] * n, SamplingParams(max_tokens=4)) for i, n in enumerate((6, 9, 4))]
+    for r in reqs:
+        r.table_idx, r.device_len = pool.take_row(), r.prompt_len
+    pool.assign_locations(reqs)
+    fields = ("cu_seqlens_q", "cu_seqlens_k", "seq_lens_k", "kv_indices", "last_page_len")
+    same = lambda x, y: all(torch.equal(getattr(x, f), getattr(y, f)) for f in fields) and x.num_padding == y.num_padding
+    for padded in (3, 4, 8):  # no padding lane left, one, five
+        args = kernel_args(reqs, pool, padded + 1)
+        assert len(args.seq_lens_k) == padded + 1 and args.seq_lens_k[-1] == 1  # the spare lane: one key
+        assert same(without_last_lane(args), kernel_args(reqs, pool, padded))
+    keeps_its_key = patched("minisgl_edu.attention.metadata:without_last_lane",
+                            ("args.kv_indices[:int(args.cu_seqlens_k[b])]", "args.kv_indices"))
+    assert not same(keeps_its_key(kernel_args(reqs, pool, 5)), kernel_args(reqs, pool, 4))
+
+
 def test_extend_over_a_cached_prefix_equals_one_prefill():
     """The causal offset read from KernelArgs: a prompt computed in two steps (prefix, then the rest)
     gives the rest the same attention output as one prefill of the whole prompt."""

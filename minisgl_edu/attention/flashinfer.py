@@ -17,7 +17,7 @@ from ..graphs import PREFILL_LANES
 from ..model.layers import fused_kernels
 from ..req import Batch
 from .base import AttentionBackend
-from .metadata import KernelArgs, kernel_args, mixed_lanes, page_args, split_args
+from .metadata import KernelArgs, kernel_args, mixed_lanes, page_args, split_args, without_last_lane
 
 CUDA_CORE_GROUP_SIZES = (1, 2, 3, 4, 8)  # GQA group sizes FlashInfer's CUDA-core decode kernel is built for
 # a mixed step's decode rows through FlashInfer's decode kernel and its prompts through the prefill kernel (True),
@@ -72,6 +72,9 @@ PLAN_FENCE = True
 # Unsplit has no mask: the spares compute request 0's block again (clean_schedule zeroed their entries), over keys
 # the L2 then holds. Session 18's unsplit graphs hung, before clean_schedule; off until the H200 says (session 44)
 TC_WHOLE = False
+# with TC_WHOLE, the spare blocks go to one more lane at the end of each balanced graph, a lane with one key (the dummy
+# page) and no query row, where they read one key and write nothing (True); or they stay on request 0 (False, the twin)
+SPARE_LANE = True
 
 
 def balanced_step(seq_lens: np.ndarray, size: int, kv_bytes_per_token: int, wave_reqs: int = 0) -> bool:
@@ -119,19 +122,27 @@ class FlashInferBackend(AttentionBackend):
         self.balanced_wrappers: dict[int, Any] = {}  # graph batch size -> its wrapper; graphs.py captures one graph each
         self.wave_reqs = 0  # requests in one wave of the CUDA-core graphs' kernel (the first split plan says; WAVE_BALANCED)
         self.planned: dict[int, torch.cuda.Event] = {}  # id(wrapper) -> recorded after its last plan (PLAN_FENCE)
+        self.spare_lanes: dict[int, int] = {}  # id(wrapper) -> its spare lane (SPARE_LANE), while its spares are not on it
+        self.spare_sizes: set[int] = set()  # graph sizes whose balanced wrapper has a spare lane
         # each layer's K and V as FlashInfer's pages: [pages, page_size tokens, kv_heads, head_dim] (the same bytes)
         self.page_size = ps = pool.page_size if PAGES else 1  # 1: every slot a page of one token
         self.pages = [(kv.k[i].view(-1, ps, *kv.k.shape[2:]), kv.v[i].view(-1, ps, *kv.v.shape[2:]))
                       for i in range(kv.k.shape[0])]
 
-    def _decode_wrapper(self, bs: int = 0, indices_buf: torch.Tensor | None = None, tensor_cores: bool | None = None):
-        """bs 0: the eager decode wrapper; bs > 0: one with fixed buffers, for a CUDA graph of that batch size."""
+    def _decode_wrapper(self, bs: int = 0, indices_buf: torch.Tensor | None = None, tensor_cores: bool | None = None,
+                        spare_lane: bool = False):
+        """bs 0: the eager decode wrapper; bs > 0: one with fixed buffers, for a CUDA graph of that batch size (and,
+        with `spare_lane`, of one more lane with no query row: the tensor-core kernel's spare blocks go there)."""
         dev = self.workspace.device
-        graph = dict(use_cuda_graph=True, paged_kv_indptr_buffer=torch.zeros(bs + 1, dtype=torch.int32, device=dev),
+        lanes = bs + spare_lane
+        graph = dict(use_cuda_graph=True, paged_kv_indptr_buffer=torch.zeros(lanes + 1, dtype=torch.int32, device=dev),
                      paged_kv_indices_buffer=indices_buf,
-                     paged_kv_last_page_len_buffer=torch.ones(bs, dtype=torch.int32, device=dev)) if bs else {}
+                     paged_kv_last_page_len_buffer=torch.ones(lanes, dtype=torch.int32, device=dev)) if bs else {}
         tc = self.use_tensor_cores if tensor_cores is None else tensor_cores
         w = self.fi.BatchDecodeWithPagedKVCacheWrapper(self.workspace, "NHD", use_tensor_cores=tc, backend="fa2", **graph)
+        if spare_lane:  # the kernel reads each lane's query rows from this buffer, fixed in graph mode: none for the last
+            w._qo_indptr_buf[-1] = bs
+            self.spare_lanes[id(w)] = bs
         return clean_schedule(w) if bs else w
 
     def _prefill_graph_wrapper(self, lanes: int, indices_buf: torch.Tensor):
@@ -150,15 +161,20 @@ class FlashInferBackend(AttentionBackend):
         elif (bs, 0) not in self.graph_wrappers:  # a mixed graph's decode rows share the decode graph's wrapper
             self.graph_wrappers[bs, 0] = self._decode_wrapper(bs, indices_buf)
             if self.balanced and bs >= BALANCED_MIN_BS:
-                self.balanced_wrappers[bs] = self._decode_wrapper(bs, indices_buf, tensor_cores=True)
+                spare = TC_WHOLE and SPARE_LANE
+                self.balanced_wrappers[bs] = self._decode_wrapper(bs, indices_buf, tensor_cores=True, spare_lane=spare)
+                if spare:
+                    self.spare_sizes.add(bs)
 
     def prepare(self, batch: Batch) -> None:
         """A prefill step's decode rows (a mixed step: the first `decode_rows` requests, padded to a graph's
         `padded_size`) go through the decode kernel, its prompts through the prefill kernel, each planned once
         from its part of one kernel_args (split_args); or (`split_mixed` False) all of them through the prefill
         kernel, in one plan."""
-        if not batch.is_prefill:
-            return super().prepare(batch)
+        if not batch.is_prefill:  # a graph size with a spare lane: its args have one more padding lane (plan drops it
+            spare = batch.padded_size in self.spare_sizes  # where the CUDA-core graph is chosen)
+            batch.attn_metadata = self.plan(batch, kernel_args(batch.reqs, self.pool, batch.padded_size + spare))
+            return
         d, graph = batch.decode_rows, batch.padded_tokens > 0
         split = batch.padded_size if graph else d  # query rows of the decode part
         # decode rows, their padding lanes, then the prompt lanes (and theirs): one kernel_args for all of them
@@ -198,7 +214,18 @@ class FlashInferBackend(AttentionBackend):
                        disable_split_kv=whole_tc(w))
         if WAVE_BALANCED and not self.wave_reqs and w.is_cuda_graph_enabled and not w.use_tensor_cores:
             self.wave_reqs = wave_of(w._plan_info)  # every split plan pads to the same wave: learnt once, at capture
+        if id(w) in self.spare_lanes:  # its first plan (at capture) sized the grid: its spare blocks to the spare lane
+            self.point_spares(w, self.spare_lanes.pop(id(w)))
         return w
+
+    def point_spares(self, w, lane: int) -> None:
+        """The grid's spare blocks of `w` (unsplit, tensor-core) read lane `lane`: in the page-locked schedule, which
+        later plans copy whole and never write past their real blocks, and in the workspace the first plan filled."""
+        grid = prefill_grid(w._plan_info)
+        real = grid.real_blocks([1] * (lane + 1), self.q_heads // self.kv_heads)
+        torch.cuda.current_stream().synchronize()  # the first plan's copy has left the page-locked buffer
+        grid.requests(w._pin_memory_int_workspace_buffer)[real:].fill_(lane)
+        grid.requests(w._int_workspace_buffer)[real:].fill_(lane)
 
     def plan(self, batch: Batch, args: KernelArgs) -> FIMetadata:
         if batch.is_prefill:
@@ -222,6 +249,8 @@ class FlashInferBackend(AttentionBackend):
                 w = self.balanced_wrappers[pbs] if pbs else self.balanced_wrapper
             else:
                 w = self.graph_wrappers.get((pbs, 0)) or self.decode_wrapper
+            if pbs in self.spare_sizes and not batch.balanced:
+                args = without_last_lane(args)  # the spare lane is the balanced graph's alone
             w = self._plan_decode(args, w)
         out_loc = batch.out_loc if batch.out_loc.dtype == torch.int64 else batch.out_loc.long()
         return FIMetadata(w, args, out_loc)

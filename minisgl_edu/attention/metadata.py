@@ -102,6 +102,13 @@ class Pages:
     last_page_len: torch.Tensor  # [B] int32, host: tokens in each lane's last page
 
 
+def without_last_lane(args: KernelArgs) -> KernelArgs:
+    """`args` less its last lane (a padding lane), as views: the same step for a wrapper with one lane fewer."""
+    b = len(args.seq_lens_k) - 1
+    return KernelArgs(args.cu_seqlens_q[:b + 1], args.cu_seqlens_k[:b + 1], args.seq_lens_k[:b],
+                      args.kv_indices[:int(args.cu_seqlens_k[b])], args.last_page_len[:b], args.num_padding - 1)
+
+
 def page_args(args: KernelArgs, page_size: int) -> Pages:
     """kernel_args' slots as pages of `page_size` tokens: every page's first slot, divided by the page size (one
     copy of the entries to read, one gather, one division)."""

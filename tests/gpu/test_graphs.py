@@ -294,14 +294,16 @@ def test_balanced_decode_for_uneven_contexts_equals_the_default_kernel(monkeypat
 
 
 def test_unsplit_tensor_core_graphs_finish_and_give_what_the_split_ones_give(monkeypatch):
-    """TC_WHOLE: the balanced graphs planned unsplit (no partial outputs, no merge, and no valid-block mask: the grid's
-    spare blocks compute request 0 again, clean_schedule having zeroed their entries) finish their steps and give what
-    the split plans give, within the tiling's tolerance of the CUDA-core kernel. Session 18's unsplit graphs never
-    finished a step, before clean_schedule. One engine each way (a graph holds its plan's kernels)."""
+    """TC_WHOLE: the balanced graphs planned unsplit (no partial outputs, no merge, and no valid-block mask) finish
+    their steps and give what the split plans give, within the tiling's tolerance of the CUDA-core kernel. Their spare
+    blocks compute request 0 again (clean_schedule zeroed their entries) or, with SPARE_LANE, go to one more lane with
+    no query row, and write nothing: the two give the same bits. Session 18's unsplit graphs never finished a step,
+    before clean_schedule. One engine each way (a graph holds its plan's kernels)."""
     got, grids = {}, {}
-    for whole in (False, True):
+    for way, whole, lane in (("split", False, False), ("request0", True, False), ("lane", True, True)):
         import minisgl_edu.attention.flashinfer as fi
         monkeypatch.setattr(fi, "TC_WHOLE", whole)
+        monkeypatch.setattr(fi, "SPARE_LANE", lane)
         fi, engine = balanced_engine(monkeypatch)
         g = torch.Generator().manual_seed(5)
         lens = [100] * 10 + [1500] * 5  # as the balanced test: 15 requests in the graph of 16
@@ -311,25 +313,28 @@ def test_unsplit_tensor_core_graphs_finish_and_give_what_the_split_ones_give(mon
             prefill(engine, reqs[i:i + 5])
         batch = Batch(reqs, "decode")
         batch.out_loc = engine.pool.assign_locations(reqs)
-        if not whole:  # the reference: the CUDA-core kernel, eager (the same dummy weights in both engines)
+        if way == "split":  # the reference: the CUDA-core kernel, eager (the same dummy weights in every engine)
             engine.backend.balanced = False
             want = hidden(engine, batch, graph=False)
             engine.backend.balanced = True
-        got[whole] = hidden(engine, batch, graph=True)
+        got[way] = hidden(engine, batch, graph=True)
         w = batch.attn_metadata.wrapper
         assert batch.balanced and w.use_tensor_cores and fi.whole_tc(w) == whole
+        lanes = MAX_BS + lane
+        assert len(w._paged_kv_last_page_len_buf) == lanes and int(w._qo_indptr_buf[-1]) == MAX_BS
         grid = fi.prefill_grid(w._plan_info)
-        real = grid.real_blocks([1] * MAX_BS, engine.backend.q_heads // engine.backend.kv_heads)
-        spares = grid.requests(w._int_workspace_buffer)[real:grid.blocks].tolist()
-        grids[whole] = (grid.split, grid.blocks - real, spares)
+        real = grid.real_blocks([1] * lanes, engine.backend.q_heads // engine.backend.kv_heads)
+        grids[way] = (grid.split, grid.blocks - real, set(grid.requests(w._int_workspace_buffer)[real:].tolist()))
         del engine
-    report(check="tc_whole_vs_split", grids={str(k): v[:2] for k, v in grids.items()},
-           rel_err={str(k): ((v - want).norm() / want.norm()).item() for k, v in got.items()})
-    assert grids[False][0] and not grids[True][0]  # the twin split (a merge), TC_WHOLE did not
-    assert grids[True][1] > 0 and set(grids[True][2]) == {0}  # spare blocks, each on request 0
-    for whole in (False, True):
-        assert ((got[whole] - want).norm() / want.norm()).item() < PREFILL_TOL, whole
-    assert ((got[True] - got[False]).norm() / got[False].norm()).item() < PREFILL_TOL
+    report(check="tc_whole_vs_split", grids={k: v[:2] for k, v in grids.items()},
+           rel_err={k: ((v - want).norm() / want.norm()).item() for k, v in got.items()})
+    assert grids["split"][0] and not grids["request0"][0] and not grids["lane"][0]  # a merge only where split
+    assert grids["request0"][1] > 0 and grids["request0"][2] == {0}  # spare blocks, each on request 0
+    assert grids["lane"][1] > 0 and grids["lane"][2] == {MAX_BS}  # ... or on the spare lane
+    for way in got:
+        assert ((got[way] - want).norm() / want.norm()).item() < PREFILL_TOL, way
+    assert ((got["request0"] - got["split"]).norm() / got["split"].norm()).item() < PREFILL_TOL
+    assert torch.equal(got["lane"], got["request0"])  # the spare blocks wrote nothing either way that counts
 
 
 def test_the_wave_rule_learns_one_wave_from_the_graph_plans(monkeypatch):
