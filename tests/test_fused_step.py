@@ -1043,7 +1043,7 @@ def test_graph_wrappers_start_from_a_clean_schedule(monkeypatch):
     monkeypatch.undo()
     real = fi.FlashInferBackend._decode_wrapper
 
-    def cleans_every_one(self, bs=0, indices_buf=None, tensor_cores=None):  # the other wrong one: eager ones too
-        return fi.clean_schedule(real(self, bs, indices_buf, tensor_cores))
+    def cleans_every_one(self, bs=0, indices_buf=None, tensor_cores=None, **kw):  # the other wrong one: eager ones too
+        return fi.clean_schedule(real(self, bs, indices_buf, tensor_cores, **kw))
     monkeypatch.setattr(fi.FlashInferBackend, "_decode_wrapper", cleans_every_one)
     assert _unclean_graph_wrappers(monkeypatch) == ([], ["decode", "balanced"])  # caught: 8 MB zeroed for nothing
