@@ -171,8 +171,8 @@ class FlashInferBackend(AttentionBackend):
         `padded_size`) go through the decode kernel, its prompts through the prefill kernel, each planned once
         from its part of one kernel_args (split_args); or (`split_mixed` False) all of them through the prefill
         kernel, in one plan."""
-        if not batch.is_prefill:  # a graph size with a spare lane: its args have one more padding lane (plan drops it
-            spare = batch.padded_size in self.spare_sizes  # where the CUDA-core graph is chosen)
+        if not batch.is_prefill:
+            spare = batch.padded_size in self.spare_sizes  # one more padding lane: plan drops it for the CUDA-core graph
             batch.attn_metadata = self.plan(batch, kernel_args(batch.reqs, self.pool, batch.padded_size + spare))
             return
         d, graph = batch.decode_rows, batch.padded_tokens > 0
