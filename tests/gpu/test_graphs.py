@@ -252,6 +252,18 @@ def balanced_engine(monkeypatch):
                                    cuda_graph_max_extend=0))
 
 
+def uneven_step(engine) -> tuple[list[Req], Batch]:
+    """15 requests (a graph of 16) of 100 and 1,500 tokens (longest / mean 2.6), prefilled; their decode step."""
+    g = torch.Generator().manual_seed(5)
+    reqs = [Req(i, torch.randint(0, 49152, (n,), generator=g).tolist(), SamplingParams(max_tokens=8))
+            for i, n in enumerate([100] * 10 + [1500] * 5)]
+    for i in range(0, len(reqs), 5):
+        prefill(engine, reqs[i:i + 5])
+    batch = Batch(reqs, "decode")
+    batch.out_loc = engine.pool.assign_locations(reqs)
+    return reqs, batch
+
+
 def test_balanced_decode_for_uneven_contexts_equals_the_default_kernel(monkeypatch):
     """BALANCED_DECODE: an uneven decode step goes through the tensor-core kernel, in its own graph of that batch
     size, and gives what the CUDA-core kernel gives (PREFILL_TOL: it is the prefill kernel, tiled otherwise); an even
@@ -259,14 +271,7 @@ def test_balanced_decode_for_uneven_contexts_equals_the_default_kernel(monkeypat
     fi, engine = balanced_engine(monkeypatch)
     backend = engine.backend
     assert backend.balanced and sorted(backend.balanced_wrappers) == sorted(engine.graphs.balanced_graphs) == [8, 16]
-    g = torch.Generator().manual_seed(5)
-    lens = [100] * 10 + [1500] * 5  # 15 requests (a graph of 16): longest / mean 2.6
-    reqs = [Req(i, torch.randint(0, 49152, (n,), generator=g).tolist(), SamplingParams(max_tokens=8))
-            for i, n in enumerate(lens)]
-    for i in range(0, len(reqs), 5):
-        prefill(engine, reqs[i:i + 5])
-    batch = Batch(reqs, "decode")
-    batch.out_loc = engine.pool.assign_locations(reqs)
+    reqs, batch = uneven_step(engine)
     backend.balanced = False  # the reference: the CUDA-core kernel, eager
     want = hidden(engine, batch, graph=False)
     assert not batch.balanced
@@ -305,14 +310,7 @@ def test_unsplit_tensor_core_graphs_finish_and_give_what_the_split_ones_give(mon
         monkeypatch.setattr(fi, "TC_WHOLE", whole)
         monkeypatch.setattr(fi, "SPARE_LANE", lane)
         fi, engine = balanced_engine(monkeypatch)
-        g = torch.Generator().manual_seed(5)
-        lens = [100] * 10 + [1500] * 5  # as the balanced test: 15 requests in the graph of 16
-        reqs = [Req(i, torch.randint(0, 49152, (n,), generator=g).tolist(), SamplingParams(max_tokens=8))
-                for i, n in enumerate(lens)]
-        for i in range(0, len(reqs), 5):
-            prefill(engine, reqs[i:i + 5])
-        batch = Batch(reqs, "decode")
-        batch.out_loc = engine.pool.assign_locations(reqs)
+        _, batch = uneven_step(engine)
         if way == "split":  # the reference: the CUDA-core kernel, eager (the same dummy weights in every engine)
             engine.backend.balanced = False
             want = hidden(engine, batch, graph=False)
