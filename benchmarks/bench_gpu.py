@@ -19,6 +19,8 @@ NOSPLIT an experiment: decode graphs padded past FlashInfer's partition-KV sizes
 FREE bounds: P2 and P1 with the small kernels, the products, or both skipped (what fusion could at best save)
 PAGEDP1 P1 with page_size 16, FlashInfer pages on / off, alternated twice
 PAGED an experiment: page_size 16 (FlashInfer reads pages), then also the tensor-core kernel for even steps (P2, P1 each)
+TCWHOLE an experiment: the balanced graphs split, unsplit with spares on request 0, on a spare lane, over pages of 16
+TCPAIR TC_WHOLE's twin beside it (P2 at 192 and 256, P1 each)
 P1B where P1's time goes: decode steps against their own floors by batch size, prefill / mixed apart
 PF  prefill of the anchors' 256 prompts against its compute floor (bf16 matmul rate measured in the run)
 tokens  greedy tokens with the fused kernels on vs off over P4's 64-request workload
@@ -487,6 +489,23 @@ def tc_whole(bw: float) -> None:
         fib.TC_WHOLE, fib.SPARE_LANE, fib.WAVE_SPILL = saved
 
 
+def tc_whole_pair(bw: float) -> None:
+    """TC_WHOLE's naive twin beside it: one engine with the balanced graphs split as FlashInfer plans them, then one
+    unsplit (the default, spare lane on), each at 192 and 256 even requests and P1."""
+    import gc
+    import minisgl_edu.attention.flashinfer as fib
+    saved = fib.TC_WHOLE
+    try:
+        for tag, whole in (("tcpair_off", False), ("tcpair_on", True)):
+            print(f"\n{tag.upper()}: TC_WHOLE {whole}", flush=True)
+            fib.TC_WHOLE = whole
+            experiment(bw, tag, (192, 256))
+            gc.collect()
+            torch.cuda.empty_cache()
+    finally:
+        fib.TC_WHOLE = saved
+
+
 def no_balanced(bw: float) -> None:
     """The naive twin of the balanced decode choice (BALANCED_DECODE = False: every decode step through the CUDA-core
     kernel, however uneven its contexts), beside the default's P1 and P2 in the same run."""
@@ -874,7 +893,7 @@ def write_results() -> None:
 
 
 # experiments: each builds its own engine, after the default one is freed
-EXPERIMENTS = {"tcwhole": tc_whole, "wave": wave, "lt": blaslt, "nogemv": no_gemv, "gemvrow": gemv_row, "tc": tensor_core_decode,
+EXPERIMENTS = {"tcwhole": tc_whole, "tcpair": tc_whole_pair, "wave": wave, "lt": blaslt, "nogemv": no_gemv, "gemvrow": gemv_row, "tc": tensor_core_decode,
                "nobal": no_balanced, "leanbal": lean_balanced, "paged": paged, "nosplit": no_split, "pagedp1": paged_p1,
                "free": free, "skinny": skinny, "noskinny": no_skinny}
 PARTS = {"p1", "p1b", "p2", "p4", "pf", "tokens", "lean", "gemm", "gemv", "splitk", "p2x", *EXPERIMENTS}

@@ -997,14 +997,16 @@ def test_graphs_are_captured_with_the_collector_paused(monkeypatch):
 class _FakeWrapper:
     """A stand-in for FlashInfer's wrappers: its page-locked schedule buffer as a dead wrapper may leave one."""
 
-    def __init__(self, *args, use_cuda_graph: bool = False, **kwargs):
+    def __init__(self, *args, use_cuda_graph: bool = False, use_tensor_cores: bool = False, **kwargs):
         self.graph = use_cuda_graph
         self._pin_memory_int_workspace_buffer = torch.full((64,), 0x7F, dtype=torch.uint8)
+        if use_cuda_graph and use_tensor_cores:  # as FlashInfer: a graph's tensor-core decode wrapper, one query a lane
+            self._qo_indptr_buf = torch.arange(len(kwargs["paged_kv_last_page_len_buffer"]) + 1, dtype=torch.int32)
 
 
-def _unclean_graph_wrappers(monkeypatch) -> tuple[list[str], list[str]]:
-    """Build a FlashInfer backend (FlashInfer stood in for) with decode, balanced and prefill graph wrappers; return
-    the graph wrappers whose schedule buffer still holds old bytes, and the eager wrappers' that were zeroed."""
+def _fake_backend(monkeypatch, split_reqs: int):
+    """A FlashInfer backend (FlashInfer stood in for) with decode, balanced and prefill graph wrappers; `split_reqs`
+    stands in for the requests FlashInfer's graph plans can still cut into chunks on this GPU."""
     import sys
     import types
 
@@ -1015,6 +1017,7 @@ def _unclean_graph_wrappers(monkeypatch) -> tuple[list[str], list[str]]:
                                  BatchPrefillWithPagedKVCacheWrapper=_FakeWrapper)
     monkeypatch.setitem(sys.modules, "flashinfer", fake)
     monkeypatch.setattr(fi, "split_kv_bytes", lambda *a: 1024)  # it reads the GPU's multiprocessor count
+    monkeypatch.setattr(fi, "split_reqs", lambda *a: split_reqs)  # so does this
     monkeypatch.setattr(fi, "PARALLEL_MIXED", False)  # no side stream on the CPU
     kv = KVCache(2, 64, 1, 3, 64, torch.float32, torch.device("cpu"))
     backend = fi.FlashInferBackend(kv, PagePool(64, 1, 4, 64, torch.device("cpu")), num_q_heads=9, workspace_bytes=1024)
@@ -1023,12 +1026,38 @@ def _unclean_graph_wrappers(monkeypatch) -> tuple[list[str], list[str]]:
     for bs in (1, fi.BALANCED_MIN_BS):
         backend.add_graph_wrapper(bs, indices)
     backend.add_graph_wrapper(0, indices, 256, PREFILL_LANES)
+    return backend
+
+
+def _unclean_graph_wrappers(monkeypatch) -> tuple[list[str], list[str]]:
+    """The graph wrappers of _fake_backend whose schedule buffer still holds old bytes, and the eager wrappers' that
+    were zeroed."""
+    backend = _fake_backend(monkeypatch, 0)
     graph = {f"graph {k}": w for k, w in backend.graph_wrappers.items()}
     graph |= {f"balanced {k}": w for k, w in backend.balanced_wrappers.items()}
     eager = {"prefill": backend.prefill_wrapper, "decode": backend.decode_wrapper, "balanced": backend.balanced_wrapper}
     assert len(graph) == 4 and all(w.graph for w in graph.values()) and not any(w.graph for w in eager.values())
     zeroed = lambda w: not w._pin_memory_int_workspace_buffer.any()
     return [k for k, w in graph.items() if not zeroed(w)], [k for k, w in eager.items() if zeroed(w)]
+
+
+def test_balanced_graphs_go_unsplit_only_past_the_requests_a_plan_can_split(monkeypatch):
+    """TC_WHOLE: a balanced graph past split_reqs (where FlashInfer's graph plan cuts no request's keys, and only its
+    merge would go) is planned unsplit, with a spare lane (SPARE_LANE: one more lane, no query row); one within it
+    keeps the split plan, whose chunks balance long requests; the CUDA-core graphs are never unsplit."""
+    import minisgl_edu.attention.flashinfer as fi
+    assert fi.TC_WHOLE and fi.SPARE_LANE  # the defaults
+    bs = fi.BALANCED_MIN_BS
+    past = _fake_backend(monkeypatch, bs - 1)
+    w = past.balanced_wrappers[bs]
+    assert fi.whole_tc(w) and w._qo_indptr_buf.tolist() == list(range(bs + 1)) + [bs]
+    assert past.spare_sizes == {bs} and not fi.whole_tc(past.graph_wrappers[bs, 0])
+    within = _fake_backend(monkeypatch, bs)
+    w = within.balanced_wrappers[bs]
+    assert not fi.whole_tc(w) and w._qo_indptr_buf.tolist() == list(range(bs + 1)) and not within.spare_sizes
+    monkeypatch.setattr(fi, "SPARE_LANE", False)  # the twin: unsplit, spares on request 0, no lane
+    w = _fake_backend(monkeypatch, 0).balanced_wrappers[bs]
+    assert fi.whole_tc(w) and len(w._qo_indptr_buf) == bs + 1
 
 
 def test_graph_wrappers_start_from_a_clean_schedule(monkeypatch):

@@ -67,13 +67,15 @@ PAGES = True
 # the fence (never under CUDA_LAUNCH_BLOCKING) and ran clean with it; a smaller check did not catch the race either way
 PLAN_FENCE = True
 # the balanced graphs plan the tensor-core kernel unsplit: one block per (request, KV head), its output written in
-# place (True); or as FlashInfer plans any graph (False, the twin): in graph mode its planner always splits, so every
-# output goes through a partial buffer and a merge kernel, and a valid-block mask stops the grid's spare blocks.
-# Unsplit has no mask: the spares compute request 0's block again (clean_schedule zeroed their entries), over keys
-# the L2 then holds. Session 18's unsplit graphs hung, before clean_schedule; off until the H200 says (session 44)
-TC_WHOLE = False
+# place (True); or as FlashInfer plans any graph (False, the twin): in graph mode its planner calls every plan split,
+# so every output goes through a partial buffer and a merge kernel, and a valid-block mask stops the grid's spare
+# blocks, although past `split_reqs` (33 for Qwen3) no request's keys are cut: only those graphs go unsplit. No mask: the
+# spares compute request 0's block again (clean_schedule zeroed their entries). Session 18's unsplit graphs hung,
+# before clean_schedule. On an H100 (session 44) P1 read 0.734 against 0.725, a 192-request replay 9.10 against 9.26 ms
+TC_WHOLE = True
 # with TC_WHOLE, the spare blocks go to one more lane at the end of each balanced graph, a lane with one key (the dummy
-# page) and no query row, where they read one key and write nothing (True); or they stay on request 0 (False, the twin)
+# page) and no query row, where they read one key and write nothing (True); or they stay on request 0 (False, the twin:
+# on the H100 its kernel took 375.5 us a layer at 256 requests, against 366.4)
 SPARE_LANE = True
 
 
@@ -161,9 +163,12 @@ class FlashInferBackend(AttentionBackend):
         elif (bs, 0) not in self.graph_wrappers:  # a mixed graph's decode rows share the decode graph's wrapper
             self.graph_wrappers[bs, 0] = self._decode_wrapper(bs, indices_buf)
             if self.balanced and bs >= BALANCED_MIN_BS:
-                spare = TC_WHOLE and SPARE_LANE
-                self.balanced_wrappers[bs] = self._decode_wrapper(bs, indices_buf, tensor_cores=True, spare_lane=spare)
-                if spare:
+                # unsplit only where a graph's split plan cuts no request's keys anyway: then only the merge goes
+                whole = TC_WHOLE and bs > split_reqs(self.kv_heads, self.workspace.device)
+                w = self._decode_wrapper(bs, indices_buf, tensor_cores=True, spare_lane=whole and SPARE_LANE)
+                w.whole_kv = whole  # our mark on FlashInfer's wrapper: plan it with disable_split_kv (whole_tc)
+                self.balanced_wrappers[bs] = w
+                if whole and SPARE_LANE:
                     self.spare_sizes.add(bs)
 
     def prepare(self, batch: Batch) -> None:
@@ -298,8 +303,8 @@ def clean_schedule(w):
 
 
 def whole_tc(w) -> bool:
-    """Does `w` plan the tensor-core kernel unsplit (TC_WHOLE: a CUDA graph's tensor-core decode wrapper)?"""
-    return TC_WHOLE and w.use_tensor_cores and w.is_cuda_graph_enabled
+    """Does `w` plan the tensor-core kernel unsplit (TC_WHOLE: a balanced graph's wrapper past split_reqs)?"""
+    return getattr(w, "whole_kv", False)
 
 
 def wave_of(plan_info) -> int:
@@ -389,12 +394,18 @@ def empty_of(q_dtype: torch.dtype, kv_dtype: torch.dtype) -> tuple[torch.Tensor,
     return _EMPTIES[q_dtype, kv_dtype]
 
 
+def split_reqs(kv_heads: int, device) -> int:
+    """The most one-query requests FlashInfer 0.5's prefill planner can cut into chunks: it cuts keys only while the
+    blocks fit 2 CTAs per SM, kv_heads a request (max_batch_size_if_split in its scheduler.cuh; 33 for Qwen3's 8 KV
+    heads on 132 SMs)."""
+    return 2 * torch.cuda.get_device_properties(device).multi_processor_count // kv_heads
+
+
 def split_kv_bytes(q_heads: int, kv_heads: int, head_dim: int, device) -> int:
     """The most FlashInfer's eager prefill planner asks of the float workspace for split-KV partial outputs:
     float32 values and log-sum-exps of 128-row query tiles for every head, up to 2 CTAs per SM (its
     scheduler.cuh), plus 16 MiB for alignment and the rest (32 q heads over 4 KV heads overflow 128 MiB)."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return q_heads * (2 * sms // kv_heads) * 128 * (head_dim + 1) * 4 + (16 << 20)
+    return q_heads * split_reqs(kv_heads, device) * 128 * (head_dim + 1) * 4 + (16 << 20)
 
 
 def side_by_side(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor | None:
