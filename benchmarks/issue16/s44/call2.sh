@@ -5,7 +5,7 @@
 #   S44_SECS=200 bash benchmarks/issue16/s44/call2.sh
 source benchmarks/issue16/call_env.sh
 left() { echo $(( ${S44_SECS:-200} - SECONDS )); }
-r timeout 60 python3 -m pytest -q tests/gpu/test_graphs.py -k "unsplit or balanced or lean_plan" -p no:cacheprovider -rfs
+r timeout 80 python3 -m pytest -q tests/gpu/test_graphs.py -k "unsplit or balanced or lean_plan" -p no:cacheprovider -rfs
 if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
   r timeout $(left) python3 benchmarks/bench_gpu.py p1 p2 tcpair
 else
