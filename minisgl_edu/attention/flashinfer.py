@@ -69,9 +69,9 @@ PLAN_FENCE = True
 # the balanced graphs plan the tensor-core kernel unsplit: one block per (request, KV head), its output written in
 # place (True); or as FlashInfer plans any graph (False, the twin): in graph mode its planner calls every plan split,
 # so every output goes through a partial buffer and a merge kernel, and a valid-block mask stops the grid's spare
-# blocks, although past `split_reqs` (33 for Qwen3) no request's keys are cut: only those graphs go unsplit. No mask: the
-# spares compute request 0's block again (clean_schedule zeroed their entries). Session 18's unsplit graphs hung,
-# before clean_schedule. On an H100 (session 44) P1 read 0.734 against 0.725, a 192-request replay 9.10 against 9.26 ms
+# blocks, although past `split_reqs` (33 for Qwen3) no request's keys are cut: only those graphs go unsplit. With no
+# mask the spares compute request 0's block again (clean_schedule zeroed their entries). Session 18's unsplit graphs
+# hung, before clean_schedule. On an H100 (session 44) P1 read 0.734 against 0.725, a 192-request replay 9.10 against 9.26 ms
 TC_WHOLE = True
 # with TC_WHOLE, the spare blocks go to one more lane at the end of each balanced graph, a lane with one key (the dummy
 # page) and no query row, where they read one key and write nothing (True); or they stay on request 0 (False, the twin:
