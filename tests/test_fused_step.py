@@ -1055,6 +1055,12 @@ def test_balanced_graphs_go_unsplit_only_past_the_requests_a_plan_can_split(monk
     within = _fake_backend(monkeypatch, bs)
     w = within.balanced_wrappers[bs]
     assert not fi.whole_tc(w) and w._qo_indptr_buf.tolist() == list(range(bs + 1)) and not within.spare_sizes
+    from minisgl_edu.exercises.swap import patched
+    always = patched("minisgl_edu.attention.flashinfer:FlashInferBackend.add_graph_wrapper",
+                     ("TC_WHOLE and bs > split_reqs(self.kv_heads, self.workspace.device)", "TC_WHOLE"))
+    monkeypatch.setattr(fi.FlashInferBackend, "add_graph_wrapper", always)  # the wrong rule: unsplit at any size
+    assert fi.whole_tc(_fake_backend(monkeypatch, bs).balanced_wrappers[bs])  # caught: within, yet unsplit
+    monkeypatch.undo()
     monkeypatch.setattr(fi, "SPARE_LANE", False)  # the twin: unsplit, spares on request 0, no lane
     w = _fake_backend(monkeypatch, 0).balanced_wrappers[bs]
     assert fi.whole_tc(w) and len(w._qo_indptr_buf) == bs + 1

@@ -304,13 +304,13 @@ def test_unsplit_tensor_core_graphs_finish_and_give_what_the_split_ones_give(mon
     blocks compute request 0 again (clean_schedule zeroed their entries) or, with SPARE_LANE, go to one more lane with
     no query row, and write nothing: the two give the same bits. Session 18's unsplit graphs never finished a step,
     before clean_schedule. One engine each way (a graph holds its plan's kernels)."""
+    import minisgl_edu.attention.flashinfer as fi
     got, grids = {}, {}
     for way, whole, lane in (("split", False, False), ("request0", True, False), ("lane", True, True)):
-        import minisgl_edu.attention.flashinfer as fi
         monkeypatch.setattr(fi, "TC_WHOLE", whole)
         monkeypatch.setattr(fi, "SPARE_LANE", lane)
         monkeypatch.setattr(fi, "split_reqs", lambda *a: 8)  # SmolLM2's 3 KV heads: 88 on 132 SMs; the 16 past it
-        fi, engine = balanced_engine(monkeypatch)
+        _, engine = balanced_engine(monkeypatch)
         _, batch = uneven_step(engine)
         if way == "split":  # the reference: the CUDA-core kernel, eager (the same dummy weights in every engine)
             engine.backend.balanced = False
