@@ -472,11 +472,14 @@ def tc_whole(bw: float) -> None:
     print("\nTCWHOLE experiment: the balanced graphs planned unsplit (TC_WHOLE)", flush=True)
     saved = fib.TC_WHOLE, fib.SPARE_LANE, fib.WAVE_SPILL
     inf = float("inf")
+    only = os.environ.get("TCWHOLE_ENGINES")  # e.g. "tcbase,tcwhole16": a short call runs those engines alone
     try:
         for tag, whole, lane, spill, page, with_p1 in (
                 ("tcbase", False, False, saved[2], 1, True), ("tcsplit", False, False, inf, 1, False),
                 ("tcwhole0", True, False, inf, 1, False), ("tcwhole", True, True, inf, 1, True),
                 ("tcwhole16", True, True, inf, 16, True)):
+            if only and tag not in only.split(","):
+                continue
             fib.TC_WHOLE, fib.SPARE_LANE, fib.WAVE_SPILL = whole, lane, spill
             llm = experiment(bw, tag, (192, 256), with_p1=False, page_size=page)
             fib.WAVE_SPILL = saved[2]
