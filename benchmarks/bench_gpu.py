@@ -472,12 +472,14 @@ def tc_whole(bw: float) -> None:
     print("\nTCWHOLE experiment: the balanced graphs planned unsplit (TC_WHOLE)", flush=True)
     saved = fib.TC_WHOLE, fib.SPARE_LANE, fib.WAVE_SPILL
     inf = float("inf")
+    engines = (("tcbase", False, False, saved[2], 1, True), ("tcsplit", False, False, inf, 1, False),
+               ("tcwhole0", True, False, inf, 1, False), ("tcwhole", True, True, inf, 1, True),
+               ("tcwhole16", True, True, inf, 16, True))
     only = os.environ.get("TCWHOLE_ENGINES")  # e.g. "tcbase,tcwhole16": a short call runs those engines alone
+    if only and (bad := set(only.split(",")) - {e[0] for e in engines}):  # a misspelt name would run nothing
+        raise SystemExit(f"TCWHOLE_ENGINES: unknown engines {sorted(bad)}; choose from {[e[0] for e in engines]}")
     try:
-        for tag, whole, lane, spill, page, with_p1 in (
-                ("tcbase", False, False, saved[2], 1, True), ("tcsplit", False, False, inf, 1, False),
-                ("tcwhole0", True, False, inf, 1, False), ("tcwhole", True, True, inf, 1, True),
-                ("tcwhole16", True, True, inf, 16, True)):
+        for tag, whole, lane, spill, page, with_p1 in engines:
             if only and tag not in only.split(","):
                 continue
             fib.TC_WHOLE, fib.SPARE_LANE, fib.WAVE_SPILL = whole, lane, spill
