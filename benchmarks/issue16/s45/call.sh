@@ -6,11 +6,7 @@
 # Then `tests/gpu` whole and, on an H200, read_rate.py. Prepare .gpu as s40/call.sh says.
 #   bash benchmarks/issue16/s45/call.sh
 source benchmarks/issue16/call_env.sh
-left() { echo $(( ${S45_SECS:-560} - SECONDS )); }  # S45_SECS: a shorter call where less device time is left
-cap() { local t=$(( $(left) < $1 ? $(left) : $1 )); [ "$t" -gt 20 ] && echo "$t" || echo 0; }
-run_for() { local t; t=$(cap "$1"); shift; if [ "$t" = 0 ]; then echo "=== skipped (no time): $*" >>$LOG; return 1; fi
-  r timeout "$t" "$@"; }
-h200=0; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && h200=1
+CALL_SECS=${S45_SECS:-560}  # a shorter call where less device time is left
 run_for 80 python3 -m pytest -q tests/gpu/test_graphs.py -k "unsplit or balanced or lean_plan" -p no:cacheprovider -rfs
 if [ $h200 = 1 ]; then
   run_for 330 python3 benchmarks/bench_gpu.py p1 p2 tcwhole

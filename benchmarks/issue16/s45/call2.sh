@@ -4,11 +4,7 @@
 # lead), on an H100 `tcpair`; then `tests/gpu/test_graphs.py` if time is left.
 #   S45_SECS=300 bash benchmarks/issue16/s45/call2.sh
 source benchmarks/issue16/call_env.sh
-left() { echo $(( ${S45_SECS:-300} - SECONDS )); }
-cap() { local t=$(( $(left) < $1 ? $(left) : $1 )); [ "$t" -gt 20 ] && echo "$t" || echo 0; }
-run_for() { local t; t=$(cap "$1"); shift; if [ "$t" = 0 ]; then echo "=== skipped (no time): $*" >>$LOG; return 1; fi
-  r timeout "$t" "$@"; }
-h200=0; nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 && h200=1
+CALL_SECS=${S45_SECS:-300}  # a shorter call where less device time is left
 run_for 60 python3 -m pytest -q tests/gpu/test_graphs.py -k "unsplit or balanced" -p no:cacheprovider -rfs
 if [ $h200 = 1 ]; then
   TCWHOLE_ENGINES=tcbase,tcwhole16 run_for 230 python3 benchmarks/bench_gpu.py p1 p2 tcwhole
