@@ -17,7 +17,7 @@ import torch
 
 from minisgl_edu import SamplingParams
 from minisgl_edu.paging import extend_spans
-from minisgl_edu.req import Req
+from minisgl_edu.req import Batch, Req
 from minisgl_edu.sampling import SamplingCache, SamplingTensors, per_step, plain_greedy
 from tiny_model import one_thread, tiny_llm, tiny_model_dir  # noqa: F401 (fixture)
 
@@ -1055,7 +1055,12 @@ def test_balanced_graphs_go_unsplit_only_past_the_requests_a_plan_can_split(monk
     within = _fake_backend(monkeypatch, bs)
     w = within.balanced_wrappers[bs]
     assert not fi.whole_tc(w) and w._qo_indptr_buf.tolist() == list(range(bs + 1)) and not within.spare_sizes
+    step = lambda phase, size: Batch([], phase, padded_size=size)
+    assert past.lanes(step("decode", bs)) == bs + 1 and within.lanes(step("decode", bs)) == bs  # the spare lane's plan
+    assert past.lanes(step("prefill", bs)) == bs and past.lanes(step("decode", 1)) == 1
     from minisgl_edu.exercises.swap import patched
+    no_lane = patched("minisgl_edu.attention.flashinfer:FlashInferBackend.lanes", (" + (not", " * (not"))
+    assert no_lane(past, step("decode", bs)) == bs  # caught: the wrong hook plans no spare lane
     always = patched("minisgl_edu.attention.flashinfer:FlashInferBackend.add_graph_wrapper",
                      ("TC_WHOLE and bs > split_reqs(self.kv_heads, self.workspace.device)", "TC_WHOLE"))
     monkeypatch.setattr(fi.FlashInferBackend, "add_graph_wrapper", always)  # the wrong rule: unsplit at any size

@@ -16,7 +16,11 @@ class AttentionBackend(ABC):
     def prepare(self, batch: Batch) -> None:
         """Once per step (after `batch.out_loc` is assigned): the ledger becomes kernel arguments
         (chapter 7), from which the backend plans `batch.attn_metadata`."""
-        batch.attn_metadata = self.plan(batch, kernel_args(batch.reqs, self.pool, batch.padded_size, batch.padded_tokens))
+        batch.attn_metadata = self.plan(batch, kernel_args(batch.reqs, self.pool, self.lanes(batch), batch.padded_tokens))
+
+    def lanes(self, batch: Batch) -> int:
+        """The lanes a step's kernel arguments hold: its requests padded to its graph's size (0: no padding)."""
+        return batch.padded_size
 
     @abstractmethod
     def plan(self, batch: Batch, args: KernelArgs) -> Any:

@@ -177,9 +177,7 @@ class FlashInferBackend(AttentionBackend):
         from its part of one kernel_args (split_args); or (`split_mixed` False) all of them through the prefill
         kernel, in one plan."""
         if not batch.is_prefill:
-            spare = batch.padded_size in self.spare_sizes  # one more padding lane: plan drops it for the CUDA-core graph
-            batch.attn_metadata = self.plan(batch, kernel_args(batch.reqs, self.pool, batch.padded_size + spare))
-            return
+            return super().prepare(batch)
         d, graph = batch.decode_rows, batch.padded_tokens > 0
         split = batch.padded_size if graph else d  # query rows of the decode part
         # decode rows, their padding lanes, then the prompt lanes (and theirs): one kernel_args for all of them
@@ -193,6 +191,11 @@ class FlashInferBackend(AttentionBackend):
         md.decode = self._plan_decode(decode_args, self.graph_wrappers[split, 0] if graph else self.decode_wrapper)
         md.split = split
         batch.attn_metadata = md
+
+    def lanes(self, batch: Batch) -> int:
+        """A decode graph whose balanced wrapper has a spare lane plans one more padding lane (plan drops it for the
+        CUDA-core graph)."""
+        return batch.padded_size + (not batch.is_prefill and batch.padded_size in self.spare_sizes)
 
     @contextmanager
     def fenced(self, w):

@@ -25,6 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 from minisgl_edu import LLM  # noqa: E402
 from minisgl_edu import engine as engine_mod  # noqa: E402
+from minisgl_edu.attention import base as base_mod  # noqa: E402
 from minisgl_edu.attention import flashinfer as fi_mod  # noqa: E402
 from minisgl_edu.bench import make_decode_batch, release, time_steps  # noqa: E402
 from minisgl_edu.model import qk_kernel  # noqa: E402
@@ -66,7 +67,7 @@ def main() -> None:
         saved = {}
         targets = [(eng, "forward", "forward (all)"), (eng, "_forward", "_forward"), (eng, "prepare", "prepare"),
                    (engine_mod, "step_layout", "  step_layout"), (eng.backend, "prepare", "  backend.prepare"),
-                   (fi_mod, "kernel_args", "    kernel_args"), (eng.backend, "plan", "    plan"),
+                   (base_mod, "kernel_args", "    kernel_args"), (eng.backend, "plan", "    plan"),
                    (eng.backend, "_plan_decode", "      _plan_decode"), (eng.graphs, "replay", "replay (copies + launch)"),
                    (eng.model, "logits", "logits (LM head launch)"), (qk_kernel, "greedy", "greedy launch"),
                    (eng.sampling_cache, "get", "sampling_cache.get")]
