@@ -64,7 +64,7 @@ def main() -> None:
         print(f"\n== batch {bs}: step {step * 1e3:.3f} ms back to back; GPU span of a step {gpu * 1e3:.3f} ms; "
               f"_forward's CPU time {cpu * 1e3:.3f} ms", flush=True)
         # the host's phases: the engine's own functions, timed where they are called
-        saved = {}
+        saved = []
         targets = [(eng, "forward", "forward (all)"), (eng, "_forward", "_forward"), (eng, "prepare", "prepare"),
                    (engine_mod, "step_layout", "  step_layout"), (eng.backend, "prepare", "  backend.prepare"),
                    (base_mod, "kernel_args", "    kernel_args"), (eng.backend, "plan", "    plan"),
@@ -72,11 +72,11 @@ def main() -> None:
                    (eng.model, "logits", "logits (LM head launch)"), (qk_kernel, "greedy", "greedy launch"),
                    (eng.sampling_cache, "get", "sampling_cache.get")]
         for owner, name, label in targets:
-            saved[owner, name] = getattr(owner, name) if name in vars(owner) else None
+            saved.append((owner, name, getattr(owner, name) if name in vars(owner) else None))
             wrap(owner, name, label)
         ACC.clear()
         time_steps(lambda: eng.forward(batch), iters=200)
-        for (owner, name), f in saved.items():
+        for owner, name, f in saved:
             if f is None:
                 delattr(owner, name)
             else:
