@@ -221,10 +221,22 @@ def p2(llm: LLM, bw: float) -> None:
         eng.timeline = Timeline(eng.device)  # CPU time of each graph step: is the step bound by the host?
         time_steps(lambda: eng.forward(batch), iters=30)
         cpu = float(np.median([t1 - t0 for t0, t1, _, _ in list(eng.timeline.entries)[5:]]))
+        span = float(np.median([s.device_end - s.device_start for s in eng.timeline.steps(5)]))
+        eng.timeline = Timeline(eng.device)  # the same steps with the GPU idle at each start: the host's own work
+        for _ in range(30):
+            eng.forward(batch)
+            torch.cuda.synchronize()
+        alone = float(np.median([t1 - t0 for t0, t1, _, _ in list(eng.timeline.entries)[5:]]))
         eng.timeline = None
         record(f"p2_decode_step_bs{bs}_graph_cpu", cpu * 1e3, "ms", cpu / graph,
-               "median CPU time of Engine._forward per graph step (prepare, plan, replay, sampling launches); "
-               "ratio = CPU time / step time (near 1: the step waits on the host, not the GPU)")
+               "median CPU time of Engine._forward per graph step (prepare, plan, replay, sampling launches), back "
+               "to back; it includes the plan fence's wait for the GPU; ratio = CPU time / step time")
+        record(f"p2_decode_step_bs{bs}_host_alone", alone * 1e3, "ms", alone / graph,
+               "median CPU time of Engine._forward with the GPU idle when it starts (a synchronize after each step): "
+               "the host's own work, no waits; ratio = / step time (near or above 1: the step is bound by the host)")
+        record(f"p2_decode_step_bs{bs}_device_span", span * 1e3, "ms", span / graph,
+               "median GPU time from a step's first operation to its last, back to back (replay, LM head, sampling, "
+               "copies, and any wait for the host's launches inside the step); ratio = / step time")
         g = graphs.graphs[graphs.padded_size(bs)]  # the replay alone: GPU time of the captured forward
         replay = time_steps(g.replay, iters=100)
         release(eng, batch)
