@@ -21,6 +21,7 @@ PAGEDP1 P1 with page_size 16, FlashInfer pages on / off, alternated twice
 PAGED an experiment: page_size 16 (FlashInfer reads pages), then also the tensor-core kernel for even steps (P2, P1 each)
 TCWHOLE an experiment: the balanced graphs split, unsplit with spares on request 0, on a spare lane, over pages of 16
 TCPAIR TC_WHOLE's twin beside it (P2 at 192 and 256, P1 each)
+HEADPAIR graph_head off / on / off / on, one engine each: P2 at 1, 8, 64, 256 with the host's own work, then P1
 P1B where P1's time goes: decode steps against their own floors by batch size, prefill / mixed apart
 PF  prefill of the anchors' 256 prompts against its compute floor (bf16 matmul rate measured in the run)
 tokens  greedy tokens with the fused kernels on vs off over P4's 64-request workload
@@ -222,12 +223,8 @@ def p2(llm: LLM, bw: float) -> None:
         time_steps(lambda: eng.forward(batch), iters=30)
         cpu = float(np.median([t1 - t0 for t0, t1, _, _ in list(eng.timeline.entries)[5:]]))
         span = float(np.median([s.device_end - s.device_start for s in eng.timeline.steps(5)]))
-        eng.timeline = Timeline(eng.device)  # the same steps with the GPU idle at each start: the host's own work
-        for _ in range(30):
-            eng.forward(batch)
-            torch.cuda.synchronize()
-        alone = float(np.median([t1 - t0 for t0, t1, _, _ in list(eng.timeline.entries)[5:]]))
         eng.timeline = None
+        alone = host_alone(eng, batch)
         record(f"p2_decode_step_bs{bs}_graph_cpu", cpu * 1e3, "ms", cpu / graph,
                "median CPU time of Engine._forward per graph step (prepare, plan, replay, sampling launches), back "
                "to back; it includes the plan fence's wait for the GPU; ratio = CPU time / step time")
@@ -242,7 +239,8 @@ def p2(llm: LLM, bw: float) -> None:
         release(eng, batch)
         table.append((bs, eager, graph, floor))
         record(f"p2_graph_replay_only_bs{bs}", replay * 1e3, "ms", replay / floor,
-               "the captured model forward alone (no metadata, plan, logits, sampling); ratio = time / floor")
+               "the captured forward alone (no metadata, plan; with graph_head, session 47 on, its LM head and greedy "
+               "argmax too); ratio = time / floor")
         record(f"p2_decode_step_bs{bs}_eager", eager * 1e3, "ms", eager / floor, "ratio = time / memory floor")
         record(f"p2_decode_step_bs{bs}_graph", graph * 1e3, "ms", graph / floor, "ratio = time / memory floor")
         record(f"p2_decode_floor_bs{bs}", floor * 1e3, "ms", None, f"(weights {w / 1e9:.2f} GB + KV) / {bw / 1e12:.2f} TB/s")
@@ -388,6 +386,18 @@ def p2x(bw: float) -> None:
 
 
 # ---- issue 16: the lean step vs its plain twin, and a cuBLASLt experiment --------------------------
+def host_alone(eng, batch) -> float:
+    """Median CPU time of Engine._forward with the GPU idle when each step starts (a synchronize after each): the
+    host's own work for `batch`'s step, no waits, in seconds."""
+    eng.timeline = Timeline(eng.device)
+    for _ in range(30):
+        eng.forward(batch)
+        torch.cuda.synchronize()
+    alone = float(np.median([t1 - t0 for t0, t1, _, _ in list(eng.timeline.entries)[5:]]))
+    eng.timeline = None
+    return alone
+
+
 def host_and_step(eng, batch) -> tuple[float, float]:
     """(graph step time, median CPU time of Engine._forward per graph step) for `batch`, in seconds."""
     graph = time_steps(lambda: eng.forward(batch), iters=100)
@@ -442,6 +452,7 @@ def experiment(bw: float, tag: str, sizes: tuple[int, ...], with_p1: bool = True
         batch = make_decode_batch(eng, bs, 1024, seed=bs)
         floor = (w + bs * 1025 * kvt) / bw
         graph, cpu = host_and_step(eng, batch)
+        alone = host_alone(eng, batch)
         kind = eng.graphs.balanced_graphs if batch.balanced else eng.graphs.graphs  # the graph this step replays
         g = kind[eng.graphs.padded_size(bs)]
         replay = time_steps(g.replay, iters=100)
@@ -449,6 +460,8 @@ def experiment(bw: float, tag: str, sizes: tuple[int, ...], with_p1: bool = True
         release(eng, batch)
         record(f"{tag}_decode_step_bs{bs}_graph", graph * 1e3, "ms", graph / floor, f"{tag}; ratio = time / floor")
         record(f"{tag}_decode_step_bs{bs}_graph_cpu", cpu * 1e3, "ms", cpu / graph, f"{tag}; CPU time / step time")
+        record(f"{tag}_decode_step_bs{bs}_host_alone", alone * 1e3, "ms", alone / graph,
+               f"{tag}; the host's own work (GPU idle at each start) / step time")
         record(f"{tag}_replay_only_bs{bs}", replay * 1e3, "ms", replay / floor, tag)
         record(f"{tag}_kernels_per_layer_bs{bs}", len(layer), "kernels", sum(t for _, t in layer),
                f"{tag}, graph replay; ratio = us per layer: " + ", ".join(f"{n[:32]} {t:.1f}" for n, t in layer))
@@ -521,6 +534,19 @@ def tc_whole_pair(bw: float) -> None:
             torch.cuda.empty_cache()
     finally:
         fib.TC_WHOLE = saved
+
+
+def graph_head_pair(bw: float) -> None:
+    """The LM head and the greedy argmax launched after each decode graph (graph_head=False, the twin) and inside it
+    (the default), one engine each, twice in alternation: decode steps at 1, 8, 64 and 256 requests with the host's
+    own work, then P1."""
+    import gc
+    for i, on in enumerate((False, True, False, True)):
+        tag = f"head{'on' if on else 'off'}{i // 2 + 1}"
+        print(f"\n{tag.upper()}: graph_head {on}", flush=True)
+        experiment(bw, tag, (1, 8, 64, 256), graph_head=on)
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def no_balanced(bw: float) -> None:
@@ -910,7 +936,7 @@ def write_results() -> None:
 
 
 # experiments: each builds its own engine, after the default one is freed
-EXPERIMENTS = {"tcwhole": tc_whole, "tcpair": tc_whole_pair, "wave": wave, "lt": blaslt, "nogemv": no_gemv, "gemvrow": gemv_row, "tc": tensor_core_decode,
+EXPERIMENTS = {"headpair": graph_head_pair, "tcwhole": tc_whole, "tcpair": tc_whole_pair, "wave": wave, "lt": blaslt, "nogemv": no_gemv, "gemvrow": gemv_row, "tc": tensor_core_decode,
                "nobal": no_balanced, "leanbal": lean_balanced, "paged": paged, "nosplit": no_split, "pagedp1": paged_p1,
                "free": free, "skinny": skinny, "noskinny": no_skinny}
 PARTS = {"p1", "p1b", "p2", "p4", "pf", "tokens", "lean", "gemm", "gemv", "splitk", "p2x", *EXPERIMENTS}

@@ -30,6 +30,7 @@ class EngineConfig:
     dummy_weights: bool = False
     attention: str | None = None  # "reference" | "flashinfer"; None: by device
     cuda_graph_max_bs: int = 256
+    graph_head: bool = True  # CUDA, one rank: the decode graphs also run the LM head and the greedy argmax (one replay a step); False: both launched after it (chapter 7)
     cuda_graph_max_extend: int = 2048  # prefill tokens (beyond one per request) a captured prefill-step graph holds; 0: prefill steps run eager
     fused_kernels: bool = True  # FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on CUDA in 16 bits; False: plain ops
     qk_kernel: bool = True  # with fused_kernels: our one-launch q/k norm + RoPE + K/V store; False: FlashInfer's

@@ -53,6 +53,7 @@ class Engine:
         self.layout: StepLayout | None = None  # this step's arrays on the device (lean_step; set by prepare)
         self.sampling_cache = SamplingCache()  # lean_step: the decode batch's sampling tensors, reused while it lasts
         self.timeline: Timeline | None = None  # set to Timeline(device) to record every forward's times
+        self.logits_hook = None  # called with each step's logits of the sampled rows (a BatchRecorder's)
         self.graphs = None
         if self.device.type != "cuda" or cfg.cuda_graph_max_bs <= 0:
             log.info("CUDA graphs off: %s", "no CUDA device" if self.device.type != "cuda" else "--cuda-graph-max-bs 0")
@@ -147,20 +148,30 @@ class Engine:
         if key is not None:  # (decode rows, prompt rows) padded to a captured graph's
             batch.padded_size, batch.padded_tokens = key
         last = self.prepare(batch)  # with padded_size set, the backend plans the graph's wrapper
-        if key is not None:
-            h = self.graphs.replay_prefill(batch) if batch.padded_tokens else self.graphs.replay(batch)
-        else:
+        lay, head = self.layout, None
+        if key is None:
             h = self.model(batch.input_ids, batch.positions, self.backend, batch)
+        elif batch.padded_tokens:
+            h = self.graphs.replay_prefill(batch)
+        else:  # a decode graph; with the head it also leaves the logits and the greedy tokens (in the token pool too)
+            h = self.graphs.replay(batch, None if lay is None else (lay.sample_table_rows, lay.sample_device_len))
+            head = self.graphs.head_out(batch)
         if not batch.sample_rows:
             return torch.zeros(0, dtype=torch.int32, device=self.device)
         sampled = [batch.reqs[i] for i in batch.sample_rows]
-        lay = self.layout
         if lay is None:  # the plain step
             st = SamplingTensors.from_reqs(sampled, self.vocab_size, self.device, self.eos_token_ids, self.pool.token_pool)
-            logits = self.model.logits(h[to_device(last, self.device)]).float()
+            logits = head[0] if head is not None else self.model.logits(h[to_device(last, self.device)])
+            if self.logits_hook is not None:
+                self.logits_hook(logits)
+            logits = logits.float()
         else:  # one argmax on the model's own logits when nothing needs them in float32 (same index)
             st = self.sampling_cache.get(sampled, self.vocab_size, self.device, self.eos_token_ids, self.pool.token_pool)
-            logits = self.model.logits(h if lay.last_rows is None else h[lay.last_rows])
+            logits = head[0] if head is not None else self.model.logits(h if lay.last_rows is None else h[lay.last_rows])
+            if self.logits_hook is not None:
+                self.logits_hook(logits)
+            if st.plain_greedy and head is not None and head[1] is not None:
+                return head[1].clone()  # the graph's argmax, already in the token pool; a copy outlives the next replay
             if st.plain_greedy and fused_kernels(logits) is not None and (tokens := qk_kernel.greedy(
                     logits, lay.sample_table_rows, lay.sample_device_len, self.pool.token_pool)) is not None:
                 return tokens  # the argmax, its int32 and the token pool's write in one launch (greedy.cu)

@@ -13,9 +13,14 @@ import contextlib
 import gc
 import logging
 
+import numpy as np
 import torch
 
+from .model import qk_kernel
+from .model.layers import fused_kernels
+from .paging import to_device
 from .req import Batch
+from .tp import get_tp_info
 
 log = logging.getLogger("minisgl_edu")
 
@@ -82,6 +87,15 @@ class GraphRunner:
         self.input_ids = torch.zeros(tokens, dtype=torch.int32, device=dev)
         self.positions = torch.zeros(tokens, dtype=torch.int64, device=dev)
         self.out_loc = torch.full((tokens,), self.dummy_slot, dtype=torch.int64, device=dev)  # int64: index-ready
+        # the head (cfg.graph_head): the decode graphs end in the LM head and the greedy argmax, which writes each
+        # row's token into the token pool at (sample_rows, sample_pos); padding lanes write the dummy row there
+        self.head = engine.cfg.graph_head and get_tp_info().size == 1  # TP: the vocab-parallel head gathers, eager
+        if self.head:
+            self.logits = torch.empty(self.max_bs, engine.vocab_size, dtype=engine.dtype, device=dev)  # one for all
+            self.sample_rows = torch.full((self.max_bs,), pool.dummy_row, dtype=torch.int64, device=dev)
+            self.sample_pos = torch.zeros(self.max_bs, dtype=torch.int64, device=dev)
+            self.tokens = torch.zeros(self.max_bs, dtype=torch.int32, device=dev)  # the greedy argmax's, likewise
+            self.greedy = True  # False once a capture finds no greedy kernel (fused kernels off, no cubin)
         # one KV-index buffer shared by all graph wrappers (only one replays at a time)
         self.kv_indices = torch.zeros(self.max_bs * engine.max_seq_len, dtype=torch.int32, device=dev)
         # the prompt lanes' own (a mixed step plans both): 3 prompts, then the slack lane's keys
@@ -117,19 +131,34 @@ class GraphRunner:
                  len(self.prefill_keys), (torch.cuda.memory_reserved(dev) - reserved0) / 2**20)
 
     def _capture(self, batch: Batch) -> tuple[torch.cuda.CUDAGraph, torch.Tensor]:
+        """One graph of `batch`'s step and its hidden states; a decode graph with the head also fills `self.logits`
+        and `self.tokens`."""
         engine, backend = self.engine, self.engine.backend
         stream = self.stream
+        decode_head = self.head and not batch.padded_tokens
         with torch.inference_mode(), torch.cuda.stream(stream):
             backend.prepare(batch)  # a prefill graph's first plan fixes its wrapper's token count
             for _ in range(2):  # warm up outside the graph (lazy inits, kernel selection)
-                engine.model(batch.input_ids, batch.positions, backend, batch)
+                h = engine.model(batch.input_ids, batch.positions, backend, batch)
+                if decode_head:
+                    self._head(h)
             stream.synchronize()
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g, pool=self.mempool, stream=stream):
                 out = engine.model(batch.input_ids, batch.positions, backend, batch)
+                if decode_head:
+                    self._head(out)
             if engine.cfg.warm_start:  # a graph's first replay uploads it (~0.8 ms): now, not in a served step
-                g.replay()  # its own capture-time plan and padding lanes: it writes only the dummy page
+                g.replay()  # its own capture-time plan and padding lanes: it writes only the dummy page (and row)
         return g, out
+
+    def _head(self, h: torch.Tensor) -> None:
+        """The LM head into the shared logits buffer, then the greedy argmax into the shared tokens buffer and the
+        token pool (greedy.cu), unless the fused kernels are off or the greedy kernel is missing (`self.greedy`)."""
+        n = len(h)
+        logits = torch.mm(h, self.engine.model.lm_head.weight.t(), out=self.logits[:n])  # F.linear's own product
+        self.greedy = self.greedy and fused_kernels(logits) is not None and qk_kernel.greedy(
+            logits, self.sample_rows[:n], self.sample_pos[:n], self.engine.pool.token_pool, self.tokens[:n]) is not None
 
     def _static_batch(self, padded: int, tokens: int = 0) -> Batch:
         b = Batch([], "prefill" if tokens else "decode", padded_size=padded, padded_tokens=tokens)
@@ -179,15 +208,31 @@ class GraphRunner:
         out = self.prefill_outputs[dp, t]
         return out[:n] if d == dp else torch.cat([out[:d], out[dp:dp + n - d]])
 
-    def replay(self, batch: Batch) -> torch.Tensor:
+    def replay(self, batch: Batch, sample_at: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
         """Copy the batch into the static buffers, replay the graph of `batch.padded_size`, return [bs, hidden];
-        `batch.attn_metadata` must already be planned for the padded size (Engine.prepare does it)."""
+        `batch.attn_metadata` must already be planned for the padded size (Engine.prepare does it). With the head,
+        `sample_at` = (page-table rows, device_len) of the batch's requests: where the greedy tokens go in the token
+        pool (None: read from the requests); `head_out` then holds the step's logits and tokens."""
         bs, pbs = batch.size, batch.padded_size
         self.input_ids[:bs].copy_(batch.input_ids, non_blocking=True)
         self.positions[:bs].copy_(batch.positions, non_blocking=True)
         self.out_loc[:bs].copy_(batch.out_loc, non_blocking=True)
         if pbs > bs:
             self.out_loc[bs:pbs].fill_(self.dummy_slot)  # stale real slots here would overwrite someone's KV
+        if self.head:
+            rows, pos = sample_at if sample_at is not None else to_device(
+                np.array([[r.table_idx for r in batch.reqs], [r.device_len for r in batch.reqs]], np.int64), self.engine.device)
+            self.sample_rows[:bs].copy_(rows, non_blocking=True)
+            self.sample_pos[:bs].copy_(pos, non_blocking=True)
+            if pbs > bs:
+                self.sample_rows[bs:pbs].fill_(self.engine.pool.dummy_row)  # stale rows: someone's token overwritten
         graphs, outputs = (self.balanced_graphs, self.balanced_outputs) if batch.balanced else (self.graphs, self.outputs)
         graphs[pbs].replay()
         return outputs[pbs][:bs]
+
+    def head_out(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """After `replay(batch)`: its logits [bs, vocab] and greedy tokens [bs] (None without the greedy kernel), both
+        the graphs' own memory, valid until the next replay; None when the graphs hold no head."""
+        if not self.head:
+            return None
+        return self.logits[:batch.size], self.tokens[:batch.size] if self.greedy else None

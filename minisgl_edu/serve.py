@@ -41,6 +41,8 @@ def parse_args(argv=None) -> tuple[ServerConfig, bool]:
     ap.add_argument("--mixed-backlog-tokens", type=int,
                     help="the mixed budget holds while at most this many prompt tokens wait (default 4096); a longer "
                          "queue gets the full one")
+    ap.add_argument("--no-graph-head", dest="graph_head", action="store_false",
+                    help="launch the LM head and the greedy argmax after each decode graph's replay, not inside it")
     ap.add_argument("--cuda-graph-max-extend", type=int, help="prefill tokens a captured prefill-step graph holds (0: eager)")
     ap.add_argument("--no-fused-kernels", dest="fused_kernels", action="store_false",
                     help="plain PyTorch ops instead of FlashInfer's fused RMSNorm/RoPE/SiLU-and-mul on CUDA")

@@ -952,7 +952,7 @@ def _capture_record(monkeypatch) -> tuple[list[tuple[bool, list[str]]], list[str
         return None, kept
     monkeypatch.setattr(graphs.GraphRunner, "_capture", capture)
     backend = SimpleNamespace(add_graph_wrapper=lambda *a: None, balanced_wrappers={})
-    engine = SimpleNamespace(cfg=SimpleNamespace(max_running_reqs=2, cuda_graph_max_extend=256, warm_start=False),
+    engine = SimpleNamespace(cfg=SimpleNamespace(max_running_reqs=2, cuda_graph_max_extend=256, warm_start=False, graph_head=False),
                              pool=SimpleNamespace(num_pages=8, page_size=1), backend=backend,
                              device=torch.device("cpu"), max_seq_len=512)
     _Cycle(freed, "a dead engine's graphs")

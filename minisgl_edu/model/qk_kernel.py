@@ -205,15 +205,18 @@ _TICKETS: dict[tuple[int, int], torch.Tensor] = {}
 
 
 def greedy(logits: torch.Tensor, rows: torch.Tensor | None = None, pos: torch.Tensor | None = None,
-           token_pool: torch.Tensor | None = None) -> torch.Tensor | None:
+           token_pool: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor | None:
     """int32 tokens[r] = argmax of bf16 logits[r] (torch.argmax's choice: the first of equal maxima, NaN above all),
-    also written to token_pool[rows[r], pos[r]] when the pool is given (rows, pos int64), in one launch (greedy.cu);
-    None without the cubin or for other inputs (then torch.argmax serves)."""
+    also written to token_pool[rows[r], pos[r]] when the pool is given (rows, pos int64), in one launch (greedy.cu),
+    into `out` when given (int32, contiguous: a CUDA graph's static buffer); None without the cubin or for other
+    inputs (then torch.argmax serves)."""
     if not logits.is_cuda or logits.dtype != torch.bfloat16 or logits.dim() != 2 or not logits.is_contiguous() \
             or _kernel(logits.device, "greedy_argmax") is None:
         return None
     n, vocab = logits.shape
-    out = torch.empty(n, dtype=torch.int32, device=logits.device)
+    if out is None:
+        out = torch.empty(n, dtype=torch.int32, device=logits.device)
+    assert out.shape == (n,) and out.dtype == torch.int32 and out.is_contiguous()
     if n == 0:
         return out
     if token_pool is not None:

@@ -79,7 +79,7 @@ class BatchRecorder:
         self.records: list[BatchRecord] = []
         self.logits: list[torch.Tensor] = []
         self.keep_logits = keep_logits
-        forward, logits = engine.forward, engine.model.logits
+        forward = engine.forward
 
         def recording_forward(batch, *args, **kw):
             r = batch.reqs
@@ -94,19 +94,18 @@ class BatchRecorder:
             self.records[-1] = replace(rec, tokens=tuple(tokens.tolist()))
             return tokens
 
-        def recording_logits(h):
-            out = logits(h)
+        def recording_logits(logits):  # the sampled rows' logits, however the step made them (a graph's head too)
             if self.keep_logits:
-                self.logits.append(out.detach().float().cpu())
-            return out
+                self.logits.append(logits.detach().float().cpu())
 
-        engine.forward = recording_forward  # instance attributes shadow the methods until detach()
-        engine.model.logits = recording_logits
+        engine.forward = recording_forward  # an instance attribute shadows the method until detach()
+        engine.logits_hook = recording_logits
         self.engine = engine
 
     def detach(self) -> None:
-        """Stop recording: the engine's own methods are back (no more host syncs per step)."""
-        del self.engine.forward, self.engine.model.logits
+        """Stop recording: the engine's own method is back (no more host syncs per step)."""
+        del self.engine.forward
+        self.engine.logits_hook = None
 
     def take(self) -> tuple[list[BatchRecord], list[torch.Tensor]]:
         out = (self.records, self.logits)

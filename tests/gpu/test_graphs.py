@@ -67,6 +67,67 @@ def test_graph_replay_equals_eager_for_every_captured_size():
     assert torch.isfinite(got).all()
 
 
+def test_graph_head_equals_the_launched_head():
+    """cfg.graph_head: the decode graphs end in the LM head and the greedy argmax. On the same hidden states the
+    graph's logits equal the launched head's (bit for bit where the batch fills its graph: the same product; within
+    bf16 tolerance where padding rows change the product's shape), its tokens are their argmax exactly, and each
+    token lands at its request's (row, device_len) in the token pool, nowhere else but the dummy row. The mutant keeps
+    the last step's page-table rows in the padding lanes (the reset dropped from `replay`): it writes into a request
+    that is not in the step, and is caught."""
+    import types
+
+    from minisgl_edu.exercises.swap import patched
+    from minisgl_edu.graphs import GraphRunner
+    engine = Engine(EngineConfig(model_path=str(CONFIGS / "smollm2-135m"), device="cuda", dummy_weights=True,
+                                 max_running_reqs=MAX_BS, max_total_tokens=16384, cuda_graph_max_bs=MAX_BS))
+    runner, pool = engine.graphs, engine.pool
+    assert runner.head and runner.greedy
+    stale = patched("minisgl_edu.graphs:GraphRunner.replay",
+                    ("self.sample_rows[bs:pbs].fill_(self.engine.pool.dummy_row)", "pass"))
+    g = torch.Generator().manual_seed(3)
+    for wrong, replay in ((False, GraphRunner.replay), (True, stale)):
+        runner.replay = types.MethodType(replay, runner)
+        reqs = [Req(i, torch.randint(0, 49152, (int(n),), generator=g).tolist(), SamplingParams(max_tokens=8))
+                for i, n in enumerate(torch.randint(5, 300, (MAX_BS,), generator=g))]
+        prefill(engine, reqs)
+        scribbled = 0
+        for bs in (8, 5, 16, 13, 1):  # 8 then 5 (the same graph): lanes 5-7 held rows the second step must not touch
+            batch = Batch(reqs[:bs], "decode")
+            batch.out_loc = pool.assign_locations(batch.reqs)
+            batch.padded_size = runner.padded_size(bs)
+            for r in reqs[bs:]:  # requests outside the step: a write to their rows shows (7: a valid next input)
+                pool.token_pool[r.table_idx] = 7
+            before = pool.token_pool.clone()
+            with torch.inference_mode():
+                engine.prepare(batch)
+                lay = engine.layout
+                h = runner.replay(batch, (lay.sample_table_rows, lay.sample_device_len))
+                logits, tokens = runner.head_out(batch)
+                logits, tokens = logits.clone(), tokens.clone()
+                launched = engine.model.logits(h)
+            torch.cuda.synchronize()
+            rows = torch.tensor([r.table_idx for r in batch.reqs], device="cuda")
+            pos = torch.tensor([r.device_len for r in batch.reqs], device="cuda")
+            after = pool.token_pool.clone()
+            ok_pool = torch.equal(after[rows, pos], tokens)
+            after[rows, pos], after[pool.dummy_row] = before[rows, pos], before[pool.dummy_row]
+            scribbled += int((after != before).sum())
+            err = ((logits.float() - launched.float()).norm() / launched.float().norm()).item()
+            report(check="graph_head_vs_launched", wrong=wrong, batch_size=bs, padded_to=batch.padded_size,
+                   rel_err=err, bit_equal=torch.equal(logits, launched), scribbled=scribbled)
+            if not wrong:
+                assert ok_pool and torch.equal(tokens, logits.argmax(-1).int()), bs
+                assert err < TOL, (bs, err)
+                if batch.padded_size == bs:
+                    assert torch.equal(logits, launched), bs
+            for r in batch.reqs:
+                r.complete_one()
+        assert (scribbled > 0) == wrong, (wrong, scribbled)
+        for r in reqs:
+            pool.free_tail(r, 0)
+            pool.release_row(r.table_idx)
+
+
 def new_req(engine, uid, n, g):
     r = Req(uid, torch.randint(0, 49152, (n,), generator=g).tolist(), SamplingParams(max_tokens=8))
     r.table_idx, r.device_len = engine.pool.take_row(), n
