@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Session 47, first call (~540 s): the LM head and the greedy argmax inside the decode graphs (cfg.graph_head).
+# Session 47, first call (~580 s): the LM head and the greedy argmax inside the decode graphs (cfg.graph_head).
 # The graph tests (the new head test and its mutant among them), the head pair (off / on / off / on: P2 at 1, 8, 64,
 # 256 with the host's own work, then P1), then the engine-level GPU tests over the new _forward. Prepare .gpu as
 # s40/call.sh says.
-#   S47_SECS=540 bash benchmarks/issue16/s47/call1.sh
+#   S47_SECS=580 bash benchmarks/issue16/s47/call1.sh
 source benchmarks/issue16/call_env.sh
-CALL_SECS=${S47_SECS:-540}
-run_for 120 python3 -m pytest -q tests/gpu/test_graphs.py -p no:cacheprovider -rfs -x
+CALL_SECS=${S47_SECS:-580}
+run_for 140 python3 -m pytest -q tests/gpu/test_graphs.py -p no:cacheprovider -rfs -x
 run_for 300 python3 benchmarks/bench_gpu.py headpair
 cp benchmarks/results.json $OUT/results.json
 run_for 150 python3 -m pytest -q tests/gpu/test_llm_cuda.py tests/gpu/test_lean_step.py -p no:cacheprovider -rfs -x
