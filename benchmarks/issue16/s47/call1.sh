@@ -6,7 +6,7 @@
 #   S47_SECS=580 bash benchmarks/issue16/s47/call1.sh
 source benchmarks/issue16/call_env.sh
 CALL_SECS=${S47_SECS:-580}
-run_for 140 python3 -m pytest -q tests/gpu/test_graphs.py -p no:cacheprovider -rfs -x
+run_for 140 python3 -m pytest -q tests/gpu/test_graphs.py -p no:cacheprovider -rfs
 run_for 300 python3 benchmarks/bench_gpu.py headpair
 cp benchmarks/results.json $OUT/results.json
 run_for 150 python3 -m pytest -q tests/gpu/test_llm_cuda.py tests/gpu/test_lean_step.py -p no:cacheprovider -rfs -x
