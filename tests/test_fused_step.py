@@ -62,6 +62,67 @@ def test_lean_step_gives_the_plain_steps_tokens(tiny, page_size, overlap):
     assert any(lp is not None for o in got[True].values() for _, _, lp in o)  # logprobs were compared too
 
 
+class HeadRunner:
+    """On the CPU, what a decode graph with the head (`graphs.GraphRunner`, graph_head) leaves an engine: the hidden
+    states, the logits of every row, their argmax, and that argmax written into the token pool at `sample_at`."""
+    head = True
+
+    def __init__(self, engine):
+        self.engine, self.replays = engine, 0
+
+    def key(self, batch):
+        return None if batch.is_prefill else (batch.size, 0)
+
+    def replay(self, batch, sample_at=None):
+        eng = self.engine
+        h = eng.model(batch.input_ids, batch.positions, eng.backend, batch)
+        self.logits = eng.model.logits(h)
+        self.tokens = self.logits.argmax(-1).int()
+        rows, pos = sample_at if sample_at is not None else (  # the plain step passes none: the requests say
+            torch.tensor([[r.table_idx for r in batch.reqs], [r.device_len for r in batch.reqs]]))
+        eng.pool.token_pool[rows, pos] = self.tokens  # greedy.cu's write, before any sampler runs
+        self.replays += 1
+        return h
+
+    def head_out(self, batch):
+        return self.logits, self.tokens
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("lean", [True, False])
+def test_the_graphs_head_serves_plain_greedy_rows_only(tiny, lean):
+    """Engine._forward with a decode graph that ran the LM head and the argmax (graph_head): a plain greedy batch
+    returns the graph's tokens, every other batch samples from the graph's logits and overwrites the graph's token in
+    the pool. Every sampling control, chunked prefill and the overlap loop give the tokens, finish reasons and logprobs
+    of an engine without graphs. The mutant trusts the graph's argmax for any batch, and is caught."""
+    import types
+
+    from minisgl_edu.engine import Engine
+    from minisgl_edu.exercises.swap import patched
+    g = np.random.default_rng(1)
+    prompts = [g.integers(0, V, n).tolist() for n in (5, 23, 9, 40, 3, 17, 30)]
+    params = mixed_params()
+    greedy_only = [SamplingParams(max_tokens=10, ignore_eos=True)] * 3
+    sets = (("mixed", params), ("greedy", greedy_only), ("no logprobs", [p for p in params if p.logprobs is None]))
+    want = {name: run(tiny_llm(tiny, lean_step=lean, overlap=True, max_prefill_tokens=16), prompts[:len(ps)], ps)
+            for name, ps in sets}
+    trusting = patched("minisgl_edu.engine:Engine._forward", (
+        "if st.plain_greedy and head is not None and head[1] is not None:", "if head is not None and head[1] is not None:"))
+    for wrong, forward in ((False, Engine._forward),) + (((True, trusting),) if lean else ()):  # (the plain step
+        for name, ps in sets:                                                                # has no shortcut)
+            llm = tiny_llm(tiny, lean_step=lean, overlap=True, max_prefill_tokens=16)
+            eng = llm.engine
+            eng.graphs = runner = HeadRunner(eng)
+            eng._forward = types.MethodType(forward, eng)
+            try:
+                got = run(llm, prompts[:len(ps)], ps)
+            except AttributeError:  # the mutant's step made no logprobs for the request that asked
+                assert wrong and name == "mixed"
+                continue
+            assert runner.replays >= 5  # the decode steps all went through the head
+            assert (got == want[name]) == (not wrong or name == "greedy"), (wrong, name)
+
+
 @pytest.mark.usefixtures("one_thread")
 def test_step_layout_equals_extend_spans(tiny):
     """Every step's one-copy layout holds what the plain twin computes array by array."""
