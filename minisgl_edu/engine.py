@@ -16,7 +16,7 @@ from .config import EngineConfig, host_threads_for  # noqa: F401  (EngineConfig 
 from .model import build_model, load_config
 from .model import qk_kernel
 from .model.layers import fused_kernels, use_kernels
-from .paging import KVCache, PagePool, extend_spans, to_device
+from .paging import KVCache, PagePool, extend_spans, next_token_slots, to_device
 from .req import Batch
 from .sampling import SamplingCache, SamplingTensors, apply_controls, sample, token_logprobs
 from .tp import min_over_ranks
@@ -149,27 +149,30 @@ class Engine:
             batch.padded_size, batch.padded_tokens = key
         last = self.prepare(batch)  # with padded_size set, the backend plans the graph's wrapper
         lay, head = self.layout, None
+        sampled = [batch.reqs[i] for i in batch.sample_rows]
+        # where the sampled requests' next tokens go in the token pool: (page-table rows, device_len)
+        at = (lay.sample_table_rows, lay.sample_device_len) if lay is not None else \
+            next_token_slots(sampled, self.device) if sampled else None
         if key is None:
             h = self.model(batch.input_ids, batch.positions, self.backend, batch)
         elif batch.padded_tokens:
             h = self.graphs.replay_prefill(batch)
         else:  # a decode graph; with the head it also leaves the logits and the greedy tokens (in the token pool too)
-            h = self.graphs.replay(batch, None if lay is None else (lay.sample_table_rows, lay.sample_device_len))
+            h = self.graphs.replay(batch, at)
             head = self.graphs.head_out(batch)
-        if not batch.sample_rows:
+        if not sampled:
             return torch.zeros(0, dtype=torch.int32, device=self.device)
-        sampled = [batch.reqs[i] for i in batch.sample_rows]
         if lay is None:  # the plain step
             st = SamplingTensors.from_reqs(sampled, self.vocab_size, self.device, self.eos_token_ids, self.pool.token_pool)
             logits = head[0] if head is not None else self.model.logits(h[to_device(last, self.device)])
-            if self.logits_hook is not None:
-                self.logits_hook(logits)
-            logits = logits.float()
-        else:  # one argmax on the model's own logits when nothing needs them in float32 (same index)
+        else:
             st = self.sampling_cache.get(sampled, self.vocab_size, self.device, self.eos_token_ids, self.pool.token_pool)
             logits = head[0] if head is not None else self.model.logits(h if lay.last_rows is None else h[lay.last_rows])
-            if self.logits_hook is not None:
-                self.logits_hook(logits)
+        if self.logits_hook is not None:
+            self.logits_hook(logits)
+        if lay is None:
+            logits = logits.float()
+        else:  # one argmax on the model's own logits when nothing needs them in float32 (same index)
             if st.plain_greedy and head is not None and head[1] is not None:
                 return head[1].clone()  # the graph's argmax, already in the token pool; a copy outlives the next replay
             if st.plain_greedy and fused_kernels(logits) is not None and (tokens := qk_kernel.greedy(
@@ -179,11 +182,7 @@ class Engine:
         tokens = sample(apply_controls(logits, st, self.pool.token_pool), st, self.generator)
         if st.logprobs_k >= 0:  # chapter 9: read from the raw logits; they ride back with the tokens (no sync)
             batch.logprobs = token_logprobs(logits, tokens, st.logprobs_k).to_host()
-        if lay is None:
-            rows = to_device(np.array([r.table_idx for r in sampled], np.int64), self.device)
-            pos = to_device(np.array([r.device_len for r in sampled], np.int64), self.device)
-        else:
-            rows, pos = lay.sample_table_rows, lay.sample_device_len
+        rows, pos = at
         self.pool.token_pool[rows, pos] = tokens  # step N+1 reads its input ids from here
         return tokens
 

@@ -13,12 +13,11 @@ import contextlib
 import gc
 import logging
 
-import numpy as np
 import torch
 
 from .model import qk_kernel
 from .model.layers import fused_kernels
-from .paging import to_device
+from .paging import next_token_slots
 from .req import Batch
 from .tp import get_tp_info
 
@@ -220,8 +219,7 @@ class GraphRunner:
         if pbs > bs:
             self.out_loc[bs:pbs].fill_(self.dummy_slot)  # stale real slots here would overwrite someone's KV
         if self.head:
-            rows, pos = sample_at if sample_at is not None else to_device(
-                np.array([[r.table_idx for r in batch.reqs], [r.device_len for r in batch.reqs]], np.int64), self.engine.device)
+            rows, pos = sample_at if sample_at is not None else next_token_slots(batch.reqs, self.engine.device)
             self.sample_rows[:bs].copy_(rows, non_blocking=True)
             self.sample_pos[:bs].copy_(pos, non_blocking=True)
             if pbs > bs:

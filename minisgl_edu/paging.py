@@ -28,6 +28,13 @@ def to_device(a: np.ndarray, device: torch.device, host: bool = False) -> torch.
     return t if host else t.to(device, non_blocking=True)
 
 
+def next_token_slots(reqs: list[Req], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each request's page-table row and `device_len`, on the device in one copy: where its next token goes in
+    the token pool (the plain step's sampler and a decode graph's argmax write there)."""
+    both = to_device(np.array([[r.table_idx for r in reqs], [r.device_len for r in reqs]], np.int64).reshape(2, -1), device)
+    return both[0], both[1]
+
+
 def extend_spans(reqs: list[Req]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """What a step extends, flat over the batch: (cached_len per request, extend_len per request,
     page-table row per new token, position per new token). Shared by assign_locations and Engine.prepare."""
