@@ -9,6 +9,14 @@ times the decode kernel alone over 28 layers' worth of separate K/V (so the 50 M
 bytes reached four ways: one-token pages in order (a fresh pool) or shuffled (a fragmented one), 16-token pages in
 order or shuffled, each through the CUDA-core and the tensor-core decode kernel, for even contexts and for uneven
 ones (uniform on [ctx/4, 7ctx/4]). Prints µs per layer and the KV bytes read per second.
+
+    python benchmarks/attn_pages.py --engine-like [--bs 256] [--ctx 1025] [--json OUT]
+
+(session 48) Why does the H200's engine graph read its K/V 4-7 % slower than this script's kernel alone (274.7
+against 265.1 us a layer at 256 requests; an H100 shows no such gap)? Even contexts in order, pages of one token,
+both kernels, over the same bytes laid out three ways: 28 separate K/V tensors as above ('separate'); the engine's
+one pool [2, layers, slots, kv_heads, head_dim] sized like the engine's (85 % of free memory, 'pool'); and that
+pool through graph-mode wrappers captured in one CUDA graph of 28 kernels ('pool+graph'), as the engine runs them.
 """
 from __future__ import annotations
 
@@ -46,15 +54,80 @@ def time_layers(run, kv, iters: int = 5) -> float:
     return start.elapsed_time(end) / 1e3 / (iters * len(kv))
 
 
+def engine_like(sizes: list[int], ctx: int, dev) -> list[dict]:
+    """The --engine-like question (top docstring): one row per (batch, layout, kernel)."""
+    import flashinfer
+    ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
+    bytes_per_token = KV_HEADS * HEAD_DIM * 2 * 2
+    rows = []
+    print(f"{'batch':>5} {'layout':>11} {'kernel':>11} {'us/layer':>9} {'TB/s':>6} {'pool GB':>8}", flush=True)
+    for bs in sizes:
+        lens = torch.full((bs,), ctx)
+        indptr, ids, last, total = build(lens, 1, False, None, dev)
+        q = torch.randn(bs, Q_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+        for layout in ("separate", "pool", "pool+graph"):
+            if layout == "separate":
+                kv = [(torch.randn(total, 1, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16),
+                       torch.randn(total, 1, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16))
+                      for _ in range(LAYERS)]
+                gb = 2 * LAYERS * total * KV_HEADS * HEAD_DIM * 2 / 1e9
+            elif layout == "pool":
+                free, _ = torch.cuda.mem_get_info(dev)
+                slots = int(free * 0.85) // (2 * LAYERS * KV_HEADS * HEAD_DIM * 2)
+                pool = torch.empty(2, LAYERS, slots, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+                pool[:, :, :total].normal_()  # the requests' keys in order from slot 0, as a fresh engine lays them
+                kv = [(pool[0, i].view(-1, 1, KV_HEADS, HEAD_DIM), pool[1, i].view(-1, 1, KV_HEADS, HEAD_DIM))
+                      for i in range(LAYERS)]
+                gb = pool.numel() * 2 / 1e9
+            for tc in (False, True):
+                if layout == "pool+graph":
+                    bufs = dict(use_cuda_graph=True, paged_kv_indptr_buffer=torch.zeros(bs + 1, dtype=torch.int32, device=dev),
+                                paged_kv_indices_buffer=torch.zeros(total, dtype=torch.int32, device=dev),
+                                paged_kv_last_page_len_buffer=torch.ones(bs, dtype=torch.int32, device=dev))
+                else:
+                    bufs = {}
+                w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD", use_tensor_cores=tc, backend="fa2", **bufs)
+                w.plan(indptr, ids, last, num_qo_heads=Q_HEADS, num_kv_heads=KV_HEADS, head_dim=HEAD_DIM,
+                       page_size=1, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+                out = torch.empty_like(q)
+                if layout == "pool+graph":
+                    for layer in kv:  # warm-up outside the capture
+                        w.run(q, layer, out=out)
+                    torch.cuda.synchronize()
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g):
+                        for layer in kv:
+                            w.run(q, layer, out=out)
+                    t = time_layers(lambda _: g.replay(), [None]) / LAYERS
+                else:
+                    t = time_layers(lambda layer: w.run(q, layer, out=out), kv)
+                tbs = total * bytes_per_token / t / 1e12
+                kind = "tensor-core" if tc else "CUDA-core"
+                print(f"{bs:>5} {layout:>11} {kind:>11} {t * 1e6:>9.1f} {tbs:>6.2f} {gb:>8.1f}", flush=True)
+                rows.append(dict(bs=bs, contexts="even", page=1, order="in order", layout=layout, kernel=kind,
+                                 us_per_layer=t * 1e6, tb_per_s=tbs, kv_tokens=total, pool_gb=gb))
+            if layout != "pool":  # the separate tensors go before the pool; the pool goes after its graph
+                kv = pool = None
+                torch.cuda.empty_cache()
+    return rows
+
+
 def main() -> None:
     import flashinfer
     ap = argparse.ArgumentParser()
     ap.add_argument("--bs", default="64,128,256")
     ap.add_argument("--ctx", type=int, default=1024)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--engine-like", action="store_true", help="the session-48 question (top docstring)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     sizes = [int(b) for b in args.bs.split(",")]
+    if args.engine_like:
+        rows = engine_like(sizes, args.ctx, dev)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1)
+        return
     slots = (max(sizes) * (args.ctx * 7 // 4 + 16) + 31) // 16 * 16  # whole 16-token pages
     # one pool per layer, [slots, kv_heads, head_dim] like the engine's; any page size is a view of the same bytes
     kv = [(torch.randn(slots, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16),
