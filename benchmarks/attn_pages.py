@@ -16,7 +16,8 @@ ones (uniform on [ctx/4, 7ctx/4]). Prints µs per layer and the KV bytes read pe
 against 265.1 us a layer at 256 requests; an H100 shows no such gap)? Even contexts in order, pages of one token,
 both kernels, over the same bytes laid out three ways: 28 separate K/V tensors as above ('separate'); the engine's
 one pool [2, layers, slots, kv_heads, head_dim] sized like the engine's (85 % of free memory, 'pool'); and that
-pool through graph-mode wrappers captured in one CUDA graph of 28 kernels ('pool+graph'), as the engine runs them.
+pool through graph-mode wrappers captured in one CUDA graph of 28 kernels ('pool+graph'), as the engine runs them;
+and a pool as large laid out [layers, 2, slots, ...], a layer's K and V side by side ('layer-major').
 """
 from __future__ import annotations
 
@@ -65,18 +66,20 @@ def engine_like(sizes: list[int], ctx: int, dev) -> list[dict]:
         lens = torch.full((bs,), ctx)
         indptr, ids, last, total = build(lens, 1, False, None, dev)
         q = torch.randn(bs, Q_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)
-        for layout in ("separate", "pool", "pool+graph"):
+        for layout in ("separate", "pool", "pool+graph", "layer-major"):
             if layout == "separate":
                 kv = [(torch.randn(total, 1, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16),
                        torch.randn(total, 1, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16))
                       for _ in range(LAYERS)]
                 gb = 2 * LAYERS * total * KV_HEADS * HEAD_DIM * 2 / 1e9
-            elif layout == "pool":
+            elif layout in ("pool", "layer-major"):
                 free, _ = torch.cuda.mem_get_info(dev)
                 slots = int(free * 0.85) // (2 * LAYERS * KV_HEADS * HEAD_DIM * 2)
-                pool = torch.empty(2, LAYERS, slots, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+                shape = (2, LAYERS) if layout == "pool" else (LAYERS, 2)  # layer-major: a layer's K and V side by side
+                pool = torch.empty(*shape, slots, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)
                 pool[:, :, :total].normal_()  # the requests' keys in order from slot 0, as a fresh engine lays them
-                kv = [(pool[0, i].view(-1, 1, KV_HEADS, HEAD_DIM), pool[1, i].view(-1, 1, KV_HEADS, HEAD_DIM))
+                pick = (lambda i, j: pool[j, i]) if layout == "pool" else (lambda i, j: pool[i, j])
+                kv = [(pick(i, 0).view(-1, 1, KV_HEADS, HEAD_DIM), pick(i, 1).view(-1, 1, KV_HEADS, HEAD_DIM))
                       for i in range(LAYERS)]
                 gb = pool.numel() * 2 / 1e9
             for tc in (False, True):
