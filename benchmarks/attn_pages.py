@@ -16,7 +16,8 @@ ones (uniform on [ctx/4, 7ctx/4]). Prints µs per layer and the KV bytes read pe
 against 265.1 us a layer at 256 requests; an H100 shows no such gap)? Even contexts in order, pages of one token,
 both kernels, over the same bytes laid out three ways: 28 separate K/V tensors as above ('separate'); the engine's
 one pool [2, layers, slots, kv_heads, head_dim] sized like the engine's (85 % of free memory, 'pool'); and that
-pool through graph-mode wrappers captured in one CUDA graph of 28 kernels ('pool+graph'), as the engine runs them;
+pool through graph-mode wrappers captured in one CUDA graph of 28 kernels ('pool+graph'), as the engine runs them,
+and the same between each layer's four products ('+products': the graph's time less the products' own);
 and a pool as large laid out [layers, 2, slots, ...], a layer's K and V side by side ('layer-major').
 """
 from __future__ import annotations
@@ -62,10 +63,36 @@ def engine_like(sizes: list[int], ctx: int, dev) -> list[dict]:
     bytes_per_token = KV_HEADS * HEAD_DIM * 2 * 2
     rows = []
     print(f"{'batch':>5} {'layout':>11} {'kernel':>11} {'us/layer':>9} {'TB/s':>6} {'pool GB':>8}", flush=True)
+
+    def graph_time(run_layer, kv) -> float:
+        """GPU seconds of one replay of a graph of run_layer over every layer."""
+        for i, layer in enumerate(kv):  # warm-up outside the capture
+            run_layer(i, layer)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i, layer in enumerate(kv):
+                run_layer(i, layer)
+        return time_layers(lambda _: g.replay(), [None])
+
     for bs in sizes:
         lens = torch.full((bs,), ctx)
         indptr, ids, last, total = build(lens, 1, False, None, dev)
         q = torch.randn(bs, Q_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16)
+        # one decoder layer's products at bs rows, each layer its own weights (28 x 31 MB: none stays in the L2)
+        wts = [[torch.randn(n, k, device=dev, dtype=torch.bfloat16) * 0.02 for n, k in
+                ((4096, 1024), (1024, 2048), (6144, 1024), (1024, 3072))] for _ in range(LAYERS)]
+        acts = [torch.randn(bs, k, device=dev, dtype=torch.bfloat16) for k in (1024, 2048, 1024, 3072)]
+        outs = [torch.empty(bs, n, device=dev, dtype=torch.bfloat16) for n in (4096, 1024, 6144, 1024)]
+
+        def products(i: int, attention) -> None:
+            wq, wo, wgu, wd = wts[i]
+            torch.mm(acts[0], wq.t(), out=outs[0])
+            if attention is not None:
+                attention()
+            torch.mm(acts[1], wo.t(), out=outs[1])
+            torch.mm(acts[2], wgu.t(), out=outs[2])
+            torch.mm(acts[3], wd.t(), out=outs[3])
         for layout in ("separate", "pool", "pool+graph", "layer-major"):
             if layout == "separate":
                 kv = [(torch.randn(total, 1, KV_HEADS, HEAD_DIM, device=dev, dtype=torch.bfloat16),
@@ -94,14 +121,19 @@ def engine_like(sizes: list[int], ctx: int, dev) -> list[dict]:
                        page_size=1, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
                 out = torch.empty_like(q)
                 if layout == "pool+graph":
-                    for layer in kv:  # warm-up outside the capture
-                        w.run(q, layer, out=out)
-                    torch.cuda.synchronize()
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g):
-                        for layer in kv:
-                            w.run(q, layer, out=out)
-                    t = time_layers(lambda _: g.replay(), [None]) / LAYERS
+                    t = graph_time(lambda i, layer: w.run(q, layer, out=out), kv) / LAYERS
+                    # the same kernels between a layer's four products (Qwen3-0.6B's shapes, at `bs` rows), as in a
+                    # decode step: the attention's time in that company is the graph's time less the products' alone
+                    with_p = graph_time(lambda i, layer: products(i, lambda: w.run(q, layer, out=out)), kv)
+                    only_p = graph_time(lambda i, layer: products(i, None), kv)
+                    t_ctx = (with_p - only_p) / LAYERS
+                    print(f"{bs:>5} {'+products':>11} {'tensor-core' if tc else 'CUDA-core':>11} {t_ctx * 1e6:>9.1f} "
+                          f"{total * bytes_per_token / t_ctx / 1e12:>6.2f} {'':>8}  (products alone "
+                          f"{only_p / LAYERS * 1e6:.1f} us a layer)", flush=True)
+                    rows.append(dict(bs=bs, contexts="even", page=1, order="in order", layout="pool+graph+products",
+                                     kernel="tensor-core" if tc else "CUDA-core", us_per_layer=t_ctx * 1e6,
+                                     tb_per_s=total * bytes_per_token / t_ctx / 1e12, kv_tokens=total, pool_gb=gb,
+                                     products_us_per_layer=only_p / LAYERS * 1e6))
                 else:
                     t = time_layers(lambda layer: w.run(q, layer, out=out), kv)
                 tbs = total * bytes_per_token / t / 1e12

@@ -11,7 +11,7 @@ run_for 130 python3 -m pytest -q tests/gpu/test_graphs.py tests/gpu/test_llm_cud
 run_for 100 python3 benchmarks/bench_gpu.py p1 p2
 cp benchmarks/results.json $OUT/results.json
 run_for 30 python3 benchmarks/attn_pages.py --bs 256 --ctx 1025 --json $OUT/attn_pages_256.json
-run_for 40 python3 benchmarks/attn_pages.py --engine-like --bs 256 --ctx 1025 --json $OUT/attn_engine_like.json
+run_for 60 python3 benchmarks/attn_pages.py --engine-like --bs 256 --ctx 1025 --json $OUT/attn_engine_like.json
 run_for 60 python3 benchmarks/lt_probe.py --head --m 1,8,64,128,256 --json $OUT/lt_head.json
 run_for 120 python3 benchmarks/bench_gpu.py p4 tokens
 cp benchmarks/results.json $OUT/results.json

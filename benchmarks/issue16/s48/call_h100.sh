@@ -6,7 +6,7 @@
 source benchmarks/issue16/call_env.sh
 CALL_SECS=${S48_SECS:-300}
 run_for 130 python3 -m pytest -q tests/gpu/test_graphs.py tests/gpu/test_llm_cuda.py tests/gpu/test_lean_step.py -p no:cacheprovider -rfs
-run_for 40 python3 benchmarks/attn_pages.py --engine-like --bs 256 --ctx 1025 --json $OUT/attn_engine_like.json
+run_for 60 python3 benchmarks/attn_pages.py --engine-like --bs 256 --ctx 1025 --json $OUT/attn_engine_like.json
 run_for 60 python3 benchmarks/lt_probe.py --head --m 1,8,64,128,256 --json $OUT/lt_head.json
 run_for 90 python3 -m pytest -q tests/gpu/test_fused.py tests/gpu/test_trace_gpu.py tests/gpu/test_moe_gpu.py tests/gpu/test_sampling_gpu.py tests/gpu/test_flashinfer.py -p no:cacheprovider -rfs
 echo "call done ($SECONDS s)" >>$LOG
