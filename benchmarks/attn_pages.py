@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import torch
 
@@ -129,7 +130,7 @@ def engine_like(sizes: list[int], ctx: int, dev) -> list[dict]:
                     t_ctx = (with_p - only_p) / LAYERS
                     print(f"{bs:>5} {'+products':>11} {'tensor-core' if tc else 'CUDA-core':>11} {t_ctx * 1e6:>9.1f} "
                           f"{total * bytes_per_token / t_ctx / 1e12:>6.2f} {'':>8}  (products alone "
-                          f"{only_p / LAYERS * 1e6:.1f} us a layer)", flush=True)
+                          f"{only_p / LAYERS * 1e6:.1f} us a layer)  {time.strftime('%H:%M:%S', time.gmtime())}", flush=True)
                     rows.append(dict(bs=bs, contexts="even", page=1, order="in order", layout="pool+graph+products",
                                      kernel="tensor-core" if tc else "CUDA-core", us_per_layer=t_ctx * 1e6,
                                      tb_per_s=total * bytes_per_token / t_ctx / 1e12, kv_tokens=total, pool_gb=gb,
@@ -138,7 +139,8 @@ def engine_like(sizes: list[int], ctx: int, dev) -> list[dict]:
                     t = time_layers(lambda layer: w.run(q, layer, out=out), kv)
                 tbs = total * bytes_per_token / t / 1e12
                 kind = "tensor-core" if tc else "CUDA-core"
-                print(f"{bs:>5} {layout:>11} {kind:>11} {t * 1e6:>9.1f} {tbs:>6.2f} {gb:>8.1f}", flush=True)
+                print(f"{bs:>5} {layout:>11} {kind:>11} {t * 1e6:>9.1f} {tbs:>6.2f} {gb:>8.1f}  "
+                      f"{time.strftime('%H:%M:%S', time.gmtime())}", flush=True)  # beside nvidia-smi's clock log
                 rows.append(dict(bs=bs, contexts="even", page=1, order="in order", layout=layout, kernel=kind,
                                  us_per_layer=t * 1e6, tb_per_s=tbs, kv_tokens=total, pool_gb=gb))
             if layout != "pool":  # the separate tensors go before the pool; the pool goes after its graph
