@@ -9,12 +9,12 @@
 #   S48_SECS=420 bash benchmarks/issue16/s48/call1.sh
 source benchmarks/issue16/call_env.sh
 CALL_SECS=${S48_SECS:-420}
-run_for 130 python3 -m pytest -q tests/gpu/test_graphs.py tests/gpu/test_llm_cuda.py tests/gpu/test_lean_step.py -p no:cacheprovider -rfs
 # the SM and memory clocks and the power every 50 ms while it runs (does the company of the products slow the clocks?)
 nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu --format=csv -lms 50 >$OUT/smi_engine_like.csv 2>&1 &
 smi=$!
 run_for 60 python3 benchmarks/attn_pages.py --engine-like --bs 256 --ctx 1025 --json $OUT/attn_engine_like.json
 kill $smi
+run_for 130 python3 -m pytest -q tests/gpu/test_graphs.py tests/gpu/test_llm_cuda.py tests/gpu/test_lean_step.py -p no:cacheprovider -rfs
 run_for 100 python3 benchmarks/bench_gpu.py p1 p2
 cp benchmarks/results.json $OUT/results.json
 run_for 30 python3 benchmarks/attn_pages.py --bs 256 --ctx 1025 --json $OUT/attn_pages_256.json
