@@ -549,40 +549,24 @@ def graph_head_pair(bw: float) -> None:
         torch.cuda.empty_cache()
 
 
-def kv_layer_major() -> tuple:
-    """(__init__, store_kv) of a KVCache laid out [layers, 2, slots, kv_heads, head_dim]: a layer's K and V side by
-    side, each still one contiguous [slots, kv_heads, head_dim] block (what every kernel asks of it)."""
-    def init(self, num_layers, num_pages, page_size, kv_heads, head_dim, dtype, device):
-        num_slots = (num_pages + 1) * page_size
-        self.kv = torch.empty(num_layers, 2, num_slots, kv_heads, head_dim, dtype=dtype, device=device)
-        self.k, self.v = self.kv[:, 0], self.kv[:, 1]
-        self.kv[:, :, num_pages * page_size:].zero_()
-        self.dummy_page = num_pages
-        self.bytes_per_token = 2 * num_layers * kv_heads * head_dim * self.kv.element_size()
-
-    def store_kv(self, layer, out_loc, kv):
-        self.kv[layer].index_copy_(1, out_loc, kv)
-    return init, store_kv
-
-
 def layer_major(bw: float) -> None:
-    """Experiment (session 48): the KV pool laid out layer-major (`kv_layer_major`) beside the default [2, layers,
-    ...], one engine each, twice in alternation: decode steps at 64 and 256 requests, then P1. Asked because the
-    H200's decode graph read its K/V 4-7 % slower than FlashInfer's kernel alone; `attn_pages.py --engine-like` asks
-    the same of the kernel alone."""
+    """Experiment (session 48): the KV pool laid out layer-major (`paging.KV_LAYER_MAJOR`) beside the default [2,
+    layers, ...], one engine each, twice in alternation: decode steps at 64 and 256 requests, then P1. Asked because
+    the H200's decode graph read its K/V 4-7 % slower than FlashInfer's kernel alone; `attn_pages.py --engine-like`
+    asks the same of the kernel alone."""
     import gc
     from minisgl_edu import paging
-    saved = paging.KVCache.__init__, paging.KVCache.store_kv
+    saved = paging.KV_LAYER_MAJOR
     try:
         for i, lm in enumerate((False, True, False, True)):
             tag = f"kv{'layermajor' if lm else 'default'}{i // 2 + 1}"
             print(f"\n{tag.upper()}: KV pool {'[layers, 2, ...]' if lm else '[2, layers, ...]'}", flush=True)
-            paging.KVCache.__init__, paging.KVCache.store_kv = kv_layer_major() if lm else saved
+            paging.KV_LAYER_MAJOR = lm
             experiment(bw, tag, (64, 256))
             gc.collect()
             torch.cuda.empty_cache()
     finally:
-        paging.KVCache.__init__, paging.KVCache.store_kv = saved
+        paging.KV_LAYER_MAJOR = saved
 
 
 def no_balanced(bw: float) -> None:

@@ -45,15 +45,25 @@ def extend_spans(reqs: list[Req]) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
     return cached, ext, rows, np.arange(ends[-1] if len(ends) else 0) - np.repeat(ends - ext - cached, ext)
 
 
+# the pool laid out [2, layers, slots, kv_heads, head_dim] (False: every layer's K, then every layer's V) or
+# [layers, 2, ...] (True: a layer's K and V side by side). Either way each layer's K and each layer's V is one
+# contiguous [slots, kv_heads, head_dim] block, all the kernels ask. An experiment, off: session 48 asks whether the
+# H200's decode graph reads its K/V slower in the engine's pool than apart (bench_gpu.py layermajor; not yet run there)
+KV_LAYER_MAJOR = False
+
+
 class KVCache:
     """Per-layer K and V of shape [num_slots, kv_heads, head_dim]; the last page is the dummy page."""
 
     def __init__(self, num_layers: int, num_pages: int, page_size: int, kv_heads: int, head_dim: int,
                  dtype: torch.dtype, device: torch.device):
         num_slots = (num_pages + 1) * page_size
+        self.layer_major = KV_LAYER_MAJOR
+        lead = (num_layers, 2) if self.layer_major else (2, num_layers)
         # empty, not zeros: untouched slots cost no memory on the CPU; the dummy page is zeroed
-        self.kv = torch.empty(2, num_layers, num_slots, kv_heads, head_dim, dtype=dtype, device=device)
-        self.k, self.v = self.kv[0], self.kv[1]  # K and V side by side: one copy can write both (store_kv)
+        self.kv = torch.empty(*lead, num_slots, kv_heads, head_dim, dtype=dtype, device=device)
+        # K and V side by side: one copy can write both (store_kv)
+        self.k, self.v = (self.kv[:, 0], self.kv[:, 1]) if self.layer_major else (self.kv[0], self.kv[1])
         self.kv[:, :, num_pages * page_size:].zero_()
         self.dummy_page = num_pages
         # what one token's K and V take, over every layer: a decode step reads this per token of context
@@ -65,7 +75,7 @@ class KVCache:
 
     def store_kv(self, layer: int, out_loc: torch.Tensor, kv: torch.Tensor) -> None:
         """`store` in one kernel: kv is [2, tokens, kv_heads, head_dim] (K then V, any strides)."""
-        self.kv[:, layer].index_copy_(1, out_loc, kv)
+        (self.kv[layer] if self.layer_major else self.kv[:, layer]).index_copy_(1, out_loc, kv)
 
 
 class PagePool:

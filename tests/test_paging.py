@@ -99,6 +99,42 @@ def test_dummy_page_row_and_kv():
     assert bool((kv.k[:, 16:] == 0).all()) and bool((kv.v[:, 16:] == 0).all())
 
 
+def _check_stores(kv: KVCache) -> None:
+    """store and store_kv write exactly the given slots of the given layer, K into k and V into v, and nothing else;
+    each layer's K and V stay one contiguous block (what the kernels ask); the dummy page starts zeroed."""
+    layers = kv.k.shape[0]
+    assert all(kv.k[i].is_contiguous() and kv.v[i].is_contiguous() for i in range(layers))
+    assert bool((kv.k[:, -4:] == 0).all()) and bool((kv.v[:, -4:] == 0).all())
+    kv.kv.zero_()
+    loc = torch.tensor([3, 0, 9])
+    k, v = torch.randn(3, 1, 2), torch.randn(3, 1, 2)
+    kv.store(0, loc, k, v)
+    kv.store_kv(1, loc, torch.stack([v, k]))  # K and V swapped in layer 1, to tell them apart
+    want_k, want_v = torch.zeros_like(kv.k), torch.zeros_like(kv.v)
+    want_k[0, loc], want_v[0, loc] = k, v
+    want_k[1, loc], want_v[1, loc] = v, k
+    assert torch.equal(kv.k, want_k) and torch.equal(kv.v, want_v)
+
+
+@pytest.mark.parametrize("layer_major", [False, True])
+def test_kv_layouts_store_the_same(monkeypatch, layer_major):
+    """Both pool layouts (paging.KV_LAYER_MAJOR) hold the same per-layer K and V; a store_kv that indexes the
+    default layout's way in a layer-major pool (kept: the wrong implementation) writes elsewhere and is caught."""
+    import minisgl_edu.paging as paging
+    monkeypatch.setattr(paging, "KV_LAYER_MAJOR", layer_major)
+    # two layers: then the wrong indexing below fits the shapes and writes silently, rather than raising
+    kv = KVCache(2, num_pages=4, page_size=4, kv_heads=1, head_dim=2, dtype=torch.float32, device="cpu")
+    assert kv.kv.shape[:2] == (2, 2) and kv.layer_major == layer_major
+    _check_stores(kv)
+    if layer_major:
+        class DefaultIndexing(KVCache):
+            def store_kv(self, layer, out_loc, kv):
+                self.kv[:, layer].index_copy_(1, out_loc, kv)
+        with pytest.raises(AssertionError):
+            _check_stores(DefaultIndexing(2, num_pages=4, page_size=4, kv_heads=1, head_dim=2, dtype=torch.float32,
+                                          device="cpu"))
+
+
 @pytest.mark.parametrize("ps", [1, 4, 16])
 def test_prefill_and_decode_locations(ps):
     pool = PagePool(num_pages=64, page_size=ps, max_running_reqs=4, max_seq_len=256, device=torch.device("cpu"))
