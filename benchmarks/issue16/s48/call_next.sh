@@ -14,7 +14,12 @@ run_for 60 python3 benchmarks/attn_pages.py --engine-like --bs 256 --ctx 1025 --
 kill $smi
 run_for 150 python3 benchmarks/bench_gpu.py layermajor
 cp benchmarks/results.json $OUT/results.json
+# the clocks and power while the engine runs (is the H200 held back by its power cap at 256 rows, where the products
+# compute and the attention streams?)
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 50 >$OUT/smi_p1p2.csv 2>&1 &
+smi=$!
 run_for 100 python3 benchmarks/bench_gpu.py p1 p2
+kill $smi
 cp benchmarks/results.json $OUT/results.json
 run_for 80 python3 -m pytest -q tests/gpu/test_graphs.py -p no:cacheprovider -rfs
 run_for 120 python3 benchmarks/bench_gpu.py p4 tokens
