@@ -16,7 +16,8 @@ run_for 150 python3 benchmarks/bench_gpu.py layermajor
 cp benchmarks/results.json $OUT/results.json
 # the clocks and power while the engine runs (is the H200 held back by its power cap at 256 rows, where the products
 # compute and the attention streams?)
-nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active --format=csv -lms 50 >$OUT/smi_p1p2.csv 2>&1 &
+why=clocks_event_reasons.active; nvidia-smi --query-gpu=$why --format=csv >/dev/null 2>&1 || why=clocks_throttle_reasons.active
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$why --format=csv -lms 50 >$OUT/smi_p1p2.csv 2>&1 &
 smi=$!
 run_for 100 python3 benchmarks/bench_gpu.py p1 p2
 kill $smi
