@@ -23,6 +23,7 @@ import threading
 import time
 
 import pytest
+from serverutil import free_port
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -325,12 +326,6 @@ def test_direct_writes_on_a_real_api_deliver_every_token(serve_args):
 
 
 # ---- failures are counted: stub servers ----------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def stub_app():
     """A fake OpenAI server: prompt[0] % 4 picks 0: a good stream, 1: HTTP 500, 2: a stream that ends without
     [DONE], 3: a connection dropped mid-stream."""

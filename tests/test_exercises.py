@@ -148,33 +148,24 @@ def test_serve_with_exercises_runs_the_readers_code_in_every_process(tmp_path):
     import json
     import shutil
     import signal
-    import socket
     import subprocess
     import sys
-    import time
 
     import httpx
+    from serverutil import free_port, wait_healthy
     for ch in range(1, 9):
         shutil.copy(solution_path(ch), tmp_path / f"ch{ch:02d}.py")
     shutil.copy(os.path.join(HERE, "exercise_mutants", "ch09_detokenize_next_hold_all.py"), tmp_path / "ch09.py")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     log = open(tmp_path / "serve.log", "w")  # a file, not a pipe: a full pipe would block the server
     proc = subprocess.Popen([sys.executable, "-m", "minisgl_edu.serve", "--exercises", str(tmp_path), "--port", str(port)],
                             stdout=log, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            assert proc.poll() is None, (tmp_path / "serve.log").read_text()
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "server did not come up"
-            time.sleep(0.5)
+        try:
+            wait_healthy(url, proc)
+        except RuntimeError as e:
+            raise AssertionError((tmp_path / "serve.log").read_text()) from e
         body = {"prompt": "The capital of France is", "max_tokens": 12, "temperature": 0}
         text = httpx.post(url + "/v1/completions", json=body, timeout=120).json()["choices"][0]["text"]
         with httpx.stream("POST", url + "/v1/completions", json={**body, "stream": True}, timeout=120) as r:

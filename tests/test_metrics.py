@@ -12,21 +12,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from serverutil import free_port, wait_healthy
 from tiny_model import tiny_model_dir
 
 from minisgl_edu.server.metrics import HOP_BUCKETS, HOPS, ITL_BUCKETS, Histogram, ServerMetrics, histogram_family
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -44,17 +37,8 @@ def url(tiny_path, tmp_path_factory):
                              "--max-total-tokens", "2048", "--max-running-reqs", "16"],
                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
     try:
-        while True:
-            assert proc.poll() is None, f"the server exited with {proc.returncode}"
-            try:
-                if httpx.get(base + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.3)
+        wait_healthy(base, proc, poll=0.3)
         yield base
     finally:
         proc.send_signal(signal.SIGTERM)

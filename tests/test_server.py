@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -21,18 +20,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from serverutil import free_port, wait_healthy
+
 from minisgl_edu import LLM, SamplingParams
 from minisgl_edu.server import tokenizer as detok
 from minisgl_edu.server.tokenizer import HOLD_LIMIT, DecodeState, detokenize_batch, detokenize_next
 
 QUESTION = "What is the capital of France?"
 N = 24
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Server:
@@ -42,19 +37,11 @@ class Server:
         self.log = open(os.devnull, "w") if os.environ.get("MINISGL_TEST_QUIET") else None
         self.proc = subprocess.Popen([sys.executable, "-m", "minisgl_edu.serve", "--port", str(self.port), *args],
                                      stdout=self.log, stderr=self.log)
-        deadline = time.monotonic() + timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode} while starting")
-            try:
-                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("server did not come up")
-            time.sleep(0.5)
+        try:
+            wait_healthy(self.url, self.proc, timeout)
+        except RuntimeError:
+            self.stop()
+            raise
         self.children = psutil.Process(self.proc.pid).children(recursive=True)
 
     def stop(self) -> None:
