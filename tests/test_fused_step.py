@@ -1148,3 +1148,41 @@ def test_graph_wrappers_start_from_a_clean_schedule(monkeypatch):
         return fi.clean_schedule(real(self, bs, indices_buf, tensor_cores, **kw))
     monkeypatch.setattr(fi.FlashInferBackend, "_decode_wrapper", cleans_every_one)
     assert _unclean_graph_wrappers(monkeypatch) == ([], ["decode", "balanced"])  # caught: 8 MB zeroed for nothing
+
+
+
+def _check_spread(kernel_us, readings) -> None:
+    """What spread.py must read from results.json rows (test_spread_reads_one_kernel_and_one_gpu)."""
+    note = ("p2, graph replay; ratio = us per layer: nvjet_sm90_tst_64x32_64x16_1x2_h 6.6, "
+            "void flashinfer::BatchDecodeWith 266.7, void flashinfer::norm::FusedAddR 2.9, qk_norm_rope_store 5.1")
+    assert kernel_us(note, "BatchDecodeWith") == 266.7 and kernel_us(note, "qk_norm") == 5.1
+    assert kernel_us(note, "BatchPrefill") is None and kernel_us("no list here", "nvjet") is None
+    row = lambda metric, hw, date, value, ratio=None, n="": dict(metric=metric, hardware=hw, date=date, commit="c0",
+                                                                  value=value, ratio=ratio, note=n)
+    rows = [row("p2_decode_step_bs256_graph", "NVIDIA H200", "2026-12-02 01:00 UTC", 9.2, 1.24),
+            row("p2_decode_step_bs256_graph", "NVIDIA H100 80GB HBM3", "2026-12-02 02:00 UTC", 11.6, 1.13),
+            row("p2_decode_step_bs256_graph", "NVIDIA H200", "2026-11-29 23:00 UTC", 12.4, 1.69),
+            row("x_kernels_per_layer_bs256", "NVIDIA H200", "2026-12-03 00:00 UTC", 9, 309.0, note),
+            row("x_kernels_per_layer_bs64", "NVIDIA H200", "2026-12-03 00:00 UTC", 9, 80.0, note.replace("266.7", "70.1"))]
+    got = readings(rows, "H200", "p2_decode_step_bs256_graph", since="2026-12-01")
+    assert [(v, r) for *_, v, r in got] == [(9.2, 1.24)]  # the H100's and the older H200 reading are left out
+    assert [v for *_, v, _ in readings(rows, "H200", kernel="BatchDecodeWith")] == [266.7]  # bs256 only
+    assert [v for *_, v, _ in readings(rows, "H200", kernel="BatchDecodeWith", bs=64)] == [70.1]
+
+
+def test_spread_reads_one_kernel_and_one_gpu():
+    """benchmarks/spread.py (session 49): a kernel's µs a layer is read from a kernel list by its own name, on the GPU
+    and from the date asked for. Kept wrong: the list's first figure whatever its kernel (the attention read off
+    the products' GEMM), and readings that ignore the date."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import spread
+    _check_spread(spread.kernel_us, spread.readings)
+    first = lambda note, kernel: float(note.split("us per layer:")[1].split(",")[0].split()[-1]) \
+        if "us per layer:" in note and kernel in note else None  # wrong: the first entry's figure
+    with pytest.raises(AssertionError):
+        _check_spread(first, spread.readings)  # caught: 6.6, the GEMM's
+    undated = lambda rows, gpu, metric=None, kernel=None, bs=256, since="": spread.readings(rows, gpu, metric, kernel, bs)
+    with pytest.raises(AssertionError):
+        _check_spread(spread.kernel_us, undated)  # caught: the 2026-11-29 reading counted too
