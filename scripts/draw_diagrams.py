@@ -13,7 +13,8 @@ Two kinds of figure, neither drawn by hand:
   one `bench_gpu.py p1b nobal` run (each decode step against its own floor, by batch size), and the decode kernels'
   read rate around one wave of the grid (`benchmarks/issue16/s29/`, an H100), and P1 with kernels skipped
   (`bench_gpu.py p1 p1b free`, session 32 on an H100 and session 33 on an H200), and one layer of the batch-1 graph
-  kernel by kernel, with and without programmatic dependent launch (`profile_decode.py --timeline`); chapter 9's inter-token
+  kernel by kernel, with and without programmatic dependent launch (`profile_decode.py --timeline`), and every
+  reading of the batch-256 step against its target since the fused kernels (`benchmarks/spread.py`); chapter 9's inter-token
   gaps of one served trace, by the kind of step around them (`benchmarks/issue18/h200-s11/tail_qwen3-0.6b.json`), and
   what a mixed step costs by prompt length beside the served tail with two mixed budgets (`benchmarks/issue18/h200-s13/`),
   and the bench client's own share of a measured tail (`benchmarks/issue18/h200-s14/`).
@@ -519,6 +520,46 @@ def draw_pdl_timeline(path: Path, src: Path = PDL_TIMELINE, layer: int = 14) -> 
     plt.close(fig)
 
 
+SPREAD_SINCE = "2026-12-01"  # the fused kernels onwards (benchmarks/spread.py)
+SPREAD_SERIES = [("H200", "p2_decode_step_bs256_graph", "H200\ndecode step", "#4c72b0"),
+                 ("H200", "p2_graph_replay_only_bs256", "H200\nits replay alone", "#8fb0dc"),
+                 ("H100", "p2_decode_step_bs256_graph", "H100\ndecode step", "#8c8c8c")]
+
+
+def draw_target_spread(path: Path, since: str = SPREAD_SINCE, target: float = 1.2) -> None:
+    """Chapter 7: every reading of the batch-256 decode step against its floor since `since` (benchmarks/spread.py's
+    rows), one column a GPU and figure, the target as a line and each column's median as a tick."""
+    import importlib.util
+    import statistics
+
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    spec = importlib.util.spec_from_file_location("spread", ROOT / "benchmarks" / "spread.py")
+    spread = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(spread)
+    rows = json.loads((ROOT / "benchmarks" / "results.json").read_text())
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    rng = np.random.default_rng(0)  # the same jitter every time: the figure is redrawn byte for byte
+    for x, (gpu, metric, label, color) in enumerate(SPREAD_SERIES):
+        ratios = [r for *_, r in spread.readings(rows, gpu, metric, since=since) if r is not None]
+        ax.scatter(x + rng.uniform(-0.18, 0.18, len(ratios)), ratios, s=22, color=color, edgecolor="black", lw=0.4,
+                   zorder=3)
+        med = statistics.median(ratios)
+        ax.plot([x - 0.28, x + 0.28], [med, med], color="black", lw=1.2)
+        met = sum(v <= target for v in ratios)
+        ax.text(x + 0.3, med, f"median {med:.3f}\n{met} of {len(ratios)} met", fontsize=7, va="center")
+    ax.axhline(target, color="crimson", lw=1, ls="--")
+    ax.text(-0.45, target + 0.004, f"target {target}x", color="crimson", fontsize=7.5)
+    ax.set_xticks(range(len(SPREAD_SERIES)), [label for *_, label, _ in SPREAD_SERIES], fontsize=8)
+    ax.set_xlim(-0.5, len(SPREAD_SERIES) - 0.2)
+    ax.set_ylabel("time / memory floor")
+    ax.set_title(f"Batch 256, Qwen3-0.6B: every reading since {since} (benchmarks/spread.py)", fontsize=8.5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)
+
+
 def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     if "--check" in argv:
@@ -535,6 +576,7 @@ def main(argv: list[str]) -> int:
     draw_decode_wave(OUT / "07-decode-wave.png")
     draw_free_bounds(OUT / "07-free-bounds.png")
     draw_pdl_timeline(OUT / "07-pdl-timeline.png")
+    draw_target_spread(OUT / "07-target-spread.png")
     draw_itl_tail(OUT / "09-itl-tail.png")
     draw_mixed_budget(OUT / "09-mixed-budget.png")
     draw_client_share(OUT / "09-client-share.png")
