@@ -1186,3 +1186,46 @@ def test_spread_reads_one_kernel_and_one_gpu():
     undated = lambda rows, gpu, metric=None, kernel=None, bs=256, since="": spread.readings(rows, gpu, metric, kernel, bs)
     with pytest.raises(AssertionError):
         _check_spread(spread.kernel_us, undated)  # caught: the 2026-11-29 reading counted too
+
+
+def sys_path_benchmarks() -> None:
+    import sys
+    from pathlib import Path
+    path = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+
+
+def _check_timeline(busy_time, layers) -> None:
+    """What timeline_gaps.py must find in a replay's kernel spans (test_timeline_gaps_splits_a_layer)."""
+    sys_path_benchmarks()
+    import timeline_gaps as tg
+    # two layers: attention 0-10, a product 11-15, a norm 14-16 (launched early: PDL), then the next attention at 18
+    spans = [("BatchDecode", 0.0, 10.0), ("nvjet", 11.0, 15.0), ("norm", 14.0, 16.0),
+             ("BatchDecode", 18.0, 28.0), ("nvjet", 28.5, 32.0), ("BatchDecode", 33.0, 40.0)]
+    assert busy_time(spans[:3]) == 15.0  # 0-10 and 11-16: the norm's overlap counted once
+    ls = layers(spans, "BatchDecode")
+    assert [len(layer) for layer, _ in ls] == [3, 2] and [stop for _, stop in ls] == [18.0, 33.0]
+    first = tg.split(*ls[0])
+    assert first == dict(span=18.0, busy=15.0, gaps=3.0, overlap=1.0, durations=16.0)  # 1 + 2 µs of gaps
+    kinds = tg.per_kind(ls[:1])
+    assert [round(g, 1) for *_, g in kinds] == [1.0, -1.0, 2.0]  # the norm began 1 µs before the product ended
+
+
+def test_timeline_gaps_splits_a_layer(monkeypatch):
+    """benchmarks/timeline_gaps.py (session 49): a replay's time is busy (some kernel running) + gaps (none), a
+    layer runs from its attention kernel to the next one's start, and overlapping kernels (PDL) count once. Kept
+    wrong: busy time as the sum of durations (overlap counted twice, gaps too small), and a layer that ends at its last
+    kernel's end (the gap before the next layer lost)."""
+    sys_path_benchmarks()
+    import timeline_gaps as tg
+    _check_timeline(tg.busy_time, tg.layers)
+    summed = lambda spans: sum(b - a for _, a, b in spans)
+    monkeypatch.setattr(tg, "busy_time", summed)
+    with pytest.raises(AssertionError):
+        _check_timeline(summed, tg.layers)  # caught: 16 µs busy, 2 µs of gaps
+    monkeypatch.undo()
+    real = tg.layers
+    ends_early = lambda spans, kernel: [(layer, max(b for *_, b in layer)) for layer, _ in real(spans, kernel)]
+    with pytest.raises(AssertionError):
+        _check_timeline(tg.busy_time, ends_early)  # caught: the layer's last 2 µs gap gone
