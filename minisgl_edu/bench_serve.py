@@ -777,7 +777,6 @@ def free_port() -> int:
 def start_server(model_path: str, device: str | None, dummy: bool, serve_args: list[str], log_path: str,
                  timeout: float = 900.0, pythonpath: str | None = None) -> tuple[subprocess.Popen, str]:
     """`python -m minisgl_edu.serve` on a free 127.0.0.1 port; returns (process, base URL) once /health is 200."""
-    import httpx
     port = free_port()
     cmd = [sys.executable, "-m", "minisgl_edu.serve", "--model", model_path, "--port", str(port), *serve_args]
     cmd += (["--device", device] if device else []) + (["--dummy-weights"] if dummy else [])
@@ -790,19 +789,30 @@ def start_server(model_path: str, device: str | None, dummy: bool, serve_args: l
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                             cwd=pythonpath)
     url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc, timeout, where=f" (log: {log_path})")
+    except RuntimeError:
+        stop_server(proc)  # a no-op once it has exited
+        raise
+    return proc, url
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 300.0, poll: float = 0.5, where: str = "") -> None:
+    """Block until `url`/health answers 200; RuntimeError if `proc` exits first or `timeout` s pass (`where` ends
+    the message: the log's path)."""
+    import httpx
     deadline = time.monotonic() + timeout
     while True:
         if proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {proc.returncode} while starting (log: {log_path})")
+            raise RuntimeError(f"the server exited with {proc.returncode} while starting{where}")
         try:
             if httpx.get(url + "/health", timeout=2).status_code == 200:
-                return proc, url
+                return
         except httpx.HTTPError:
-            pass
+            pass  # not listening yet
         if time.monotonic() > deadline:
-            stop_server(proc)
-            raise RuntimeError(f"the server was not healthy after {timeout:.0f} s (log: {log_path})")
-        time.sleep(0.5)
+            raise RuntimeError(f"the server was not healthy after {timeout:.0f} s{where}")
+        time.sleep(poll)
 
 
 def stop_server(proc: subprocess.Popen) -> None:

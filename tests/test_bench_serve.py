@@ -23,13 +23,12 @@ import threading
 import time
 
 import pytest
-from serverutil import free_port
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from minisgl_edu import bench, bench_serve
-from minisgl_edu.bench_serve import (BenchRequest, arrival_times, parse_args, parse_sse_line, random_requests,
-                                     run_load, run_load_sharded, shard, shared_prefix_requests, sharegpt_like_requests,
+from minisgl_edu.bench_serve import (BenchRequest, arrival_times, free_port, parse_args, parse_sse_line,
+                                     random_requests, run_load, run_load_sharded, shard, shared_prefix_requests, sharegpt_like_requests,
                                      stats_ms, summarize, unshard)
 from minisgl_edu.messages import UserReply
 from minisgl_edu.server.api import merge_replies

@@ -152,7 +152,7 @@ def test_serve_with_exercises_runs_the_readers_code_in_every_process(tmp_path):
     import sys
 
     import httpx
-    from serverutil import free_port, wait_healthy
+    from minisgl_edu.bench_serve import free_port, wait_healthy
     for ch in range(1, 9):
         shutil.copy(solution_path(ch), tmp_path / f"ch{ch:02d}.py")
     shutil.copy(os.path.join(HERE, "exercise_mutants", "ch09_detokenize_next_hold_all.py"), tmp_path / "ch09.py")

@@ -16,9 +16,9 @@ import sys
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serverutil import free_port, wait_healthy
 from tiny_model import tiny_model_dir
 
+from minisgl_edu.bench_serve import free_port, wait_healthy
 from minisgl_edu.server.metrics import HOP_BUCKETS, HOPS, ITL_BUCKETS, Histogram, ServerMetrics, histogram_family
 
 

@@ -20,9 +20,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from serverutil import free_port, wait_healthy
-
 from minisgl_edu import LLM, SamplingParams
+from minisgl_edu.bench_serve import free_port, wait_healthy
 from minisgl_edu.server import tokenizer as detok
 from minisgl_edu.server.tokenizer import HOLD_LIMIT, DecodeState, detokenize_batch, detokenize_next
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,16 +14,12 @@ from dataclasses import dataclass, field
 import httpx
 import psutil
 
+from minisgl_edu.bench_serve import free_port
+
 SOAK = os.environ.get("MINISGL_SOAK") == "1"  # longer soak variants
 STARTUP_TIMEOUT = 300.0  # a loaded two-core machine loads the default model slowly
 # small settings shared by the modules' default servers: short context, modest pool
 SMALL = ("--max-running-reqs", "64", "--context-length", "1024", "--max-total-tokens", "16384")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def tree(pid: int) -> list[psutil.Process]:
