@@ -519,34 +519,39 @@ def tc_whole(bw: float) -> None:
         fib.TC_WHOLE, fib.SPARE_LANE, fib.WAVE_SPILL = saved
 
 
-def tc_whole_pair(bw: float) -> None:
-    """TC_WHOLE's naive twin beside it: one engine with the balanced graphs split as FlashInfer plans them, then one
-    unsplit (the default, spare lane on), each at 192 and 256 even requests and P1."""
+def one_engine_each(bw: float, runs, sizes: tuple[int, ...], module=None, name: str = "") -> None:
+    """A pair's engines, one a run, in order, each freed before the next is sized: runs = [(tag, banner, value,
+    switches)]; `module`.`name` is set to the run's value while it runs (restored after), `switches` go to the LLM."""
     import gc
-    import minisgl_edu.attention.flashinfer as fib
-    saved = fib.TC_WHOLE
+    saved = getattr(module, name) if module is not None else None
     try:
-        for tag, whole in (("tcpair_off", False), ("tcpair_on", True)):
-            print(f"\n{tag.upper()}: TC_WHOLE {whole}", flush=True)
-            fib.TC_WHOLE = whole
-            experiment(bw, tag, (192, 256))
+        for tag, banner, value, switches in runs:
+            print(f"\n{tag.upper()}: {banner}", flush=True)
+            if module is not None:
+                setattr(module, name, value)
+            experiment(bw, tag, sizes, **switches)
             gc.collect()
             torch.cuda.empty_cache()
     finally:
-        fib.TC_WHOLE = saved
+        if module is not None:
+            setattr(module, name, saved)
+
+
+def tc_whole_pair(bw: float) -> None:
+    """TC_WHOLE's naive twin beside it: one engine with the balanced graphs split as FlashInfer plans them, then one
+    unsplit (the default, spare lane on), each at 192 and 256 even requests and P1."""
+    import minisgl_edu.attention.flashinfer as fib
+    runs = [(tag, f"TC_WHOLE {whole}", whole, {}) for tag, whole in (("tcpair_off", False), ("tcpair_on", True))]
+    one_engine_each(bw, runs, (192, 256), fib, "TC_WHOLE")
 
 
 def graph_head_pair(bw: float) -> None:
     """The LM head and the greedy argmax launched after each decode graph (graph_head=False, the twin) and inside it
     (the default), one engine each, twice in alternation: decode steps at 1, 8, 64 and 256 requests with the host's
     own work, then P1."""
-    import gc
-    for i, on in enumerate((False, True, False, True)):
-        tag = f"head{'on' if on else 'off'}{i // 2 + 1}"
-        print(f"\n{tag.upper()}: graph_head {on}", flush=True)
-        experiment(bw, tag, (1, 8, 64, 256), graph_head=on)
-        gc.collect()
-        torch.cuda.empty_cache()
+    runs = [(f"head{'on' if on else 'off'}{i // 2 + 1}", f"graph_head {on}", None, dict(graph_head=on))
+            for i, on in enumerate((False, True, False, True))]
+    one_engine_each(bw, runs, (1, 8, 64, 256))
 
 
 def layer_major(bw: float) -> None:
@@ -554,19 +559,10 @@ def layer_major(bw: float) -> None:
     layers, ...], one engine each, twice in alternation: decode steps at 64 and 256 requests, then P1. Asked because
     the H200's decode graph read its K/V 4-7 % slower than FlashInfer's kernel alone; `attn_pages.py --engine-like`
     asks the same of the kernel alone."""
-    import gc
     from minisgl_edu import paging
-    saved = paging.KV_LAYER_MAJOR
-    try:
-        for i, lm in enumerate((False, True, False, True)):
-            tag = f"kv{'layermajor' if lm else 'default'}{i // 2 + 1}"
-            print(f"\n{tag.upper()}: KV pool {'[layers, 2, ...]' if lm else '[2, layers, ...]'}", flush=True)
-            paging.KV_LAYER_MAJOR = lm
-            experiment(bw, tag, (64, 256))
-            gc.collect()
-            torch.cuda.empty_cache()
-    finally:
-        paging.KV_LAYER_MAJOR = saved
+    runs = [(f"kv{'layermajor' if lm else 'default'}{i // 2 + 1}", f"KV pool {'[layers, 2, ...]' if lm else '[2, layers, ...]'}",
+             lm, {}) for i, lm in enumerate((False, True, False, True))]
+    one_engine_each(bw, runs, (64, 256), paging, "KV_LAYER_MAJOR")
 
 
 def no_balanced(bw: float) -> None:

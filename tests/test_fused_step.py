@@ -1174,9 +1174,7 @@ def test_spread_reads_one_kernel_and_one_gpu():
     """benchmarks/spread.py (session 49): a kernel's µs a layer is read from a kernel list by its own name, on the GPU
     and from the date asked for. Kept wrong: the list's first figure whatever its kernel (the attention read off
     the products' GEMM), and readings that ignore the date."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    sys_path_benchmarks()
     import spread
     _check_spread(spread.kernel_us, spread.readings)
     first = lambda note, kernel: float(note.split("us per layer:")[1].split(",")[0].split()[-1]) \
