@@ -557,8 +557,8 @@ def graph_head_pair(bw: float) -> None:
 def layer_major(bw: float) -> None:
     """Experiment (session 48): the KV pool laid out layer-major (`paging.KV_LAYER_MAJOR`) beside the default [2,
     layers, ...], one engine each, twice in alternation: decode steps at 64 and 256 requests, then P1. Asked because
-    the H200's decode graph read its K/V 4-7 % slower than FlashInfer's kernel alone; `attn_pages.py --engine-like`
-    asks the same of the kernel alone."""
+    the H200's decode graph read its K/V 0.6-3.6 % slower than FlashInfer's kernel alone (3.6 % on one machine;
+    RESULTS, session 49); `attn_pages.py --engine-like` asks the same of the kernel alone."""
     from minisgl_edu import paging
     runs = [(f"kv{'layermajor' if lm else 'default'}{i // 2 + 1}", f"KV pool {'[layers, 2, ...]' if lm else '[2, layers, ...]'}",
              lm, {}) for i, lm in enumerate((False, True, False, True))]
